@@ -1,0 +1,104 @@
+"""Audio format conversion, written once: every stage goes through these helpers.
+
+The pipeline format is a 1-D float32 numpy array in [-1, 1] plus an explicit sample rate.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PIPELINE_DTYPE = np.float32
+
+
+def to_float32(samples: Any) -> np.ndarray:
+    """Any model output or buffer (numpy, torch tensor, mx.array, list; int or float) -> float32 array.
+
+    Integer PCM is scaled to [-1, 1]; float input is kept as is (not clipped here).
+    """
+    if hasattr(samples, "detach"):  # torch.Tensor, without importing torch
+        samples = samples.detach().cpu().float().numpy()
+    array = np.asarray(samples)
+    if np.issubdtype(array.dtype, np.integer):
+        info = np.iinfo(array.dtype)
+        scale = float(max(abs(info.min), info.max))
+        offset = 0.0 if info.min < 0 else (info.max + 1) / 2  # unsigned PCM (8-bit WAV) is centred on 128
+        return ((array.astype(np.float64) - offset) / scale).astype(PIPELINE_DTYPE)
+    return array.astype(PIPELINE_DTYPE, copy=False)
+
+
+def to_mono(samples: np.ndarray) -> np.ndarray:
+    """Average channels. Accepts (n,), (n, channels) as soundfile gives, or (1, n) / (channels, n) from models."""
+    if samples.ndim == 1:
+        return samples
+    if samples.ndim != 2:
+        return samples.reshape(-1)
+    channel_axis = 1 if samples.shape[0] >= samples.shape[1] else 0
+    return samples.mean(axis=channel_axis).astype(samples.dtype, copy=False)
+
+
+def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
+    """High-quality resampling of mono float32 audio (soxr)."""
+    if rate_in == rate_out or len(samples) == 0:
+        return samples
+    import soxr
+
+    return soxr.resample(samples, rate_in, rate_out).astype(PIPELINE_DTYPE, copy=False)
+
+
+def to_pipeline(samples: Any, rate_in: int, rate_out: int | None = None) -> np.ndarray:
+    """Convert any model output to the pipeline format: float32, mono, optionally resampled, NaN-free."""
+    array = to_mono(to_float32(samples))
+    if not np.all(np.isfinite(array)):
+        array = np.nan_to_num(array, nan=0.0, posinf=1.0, neginf=-1.0)
+    return resample(array, rate_in, rate_out) if rate_out else array
+
+
+def float_to_int16(samples: np.ndarray) -> np.ndarray:
+    """float32 [-1, 1] -> int16 PCM, clipping out-of-range values."""
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+
+def int16_to_float(samples: np.ndarray) -> np.ndarray:
+    return samples.astype(PIPELINE_DTYPE) / 32768.0
+
+
+def read_audio(path: str | Path, sample_rate: int) -> np.ndarray:
+    """Read a WAV/FLAC/OGG file of any rate, width and channel count as pipeline audio at ``sample_rate``."""
+    import soundfile
+
+    data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    return to_pipeline(data, rate, sample_rate)
+
+
+def probe_audio(path: str | Path) -> tuple[int, int, float]:
+    """(sample rate, channels, seconds) from the file header, or ValueError saying why it is not usable audio."""
+    import soundfile
+
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError("is a directory, not an audio file")
+    if path.stat().st_size == 0:
+        raise ValueError("is empty (0 bytes)")
+    try:
+        info = soundfile.info(str(path))
+    except Exception as error:  # soundfile raises its own LibsndfileError / RuntimeError subclasses
+        raise ValueError(f"is not a readable audio file ({error})") from None
+    if info.frames == 0:
+        raise ValueError("contains no audio frames")
+    return info.samplerate, info.channels, info.frames / info.samplerate
+
+
+def chunks(samples: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    """Consecutive blocks of ``size`` samples; the last one is zero-padded to full size."""
+    for start in range(0, len(samples), size):
+        block = samples[start:start + size]
+        if len(block) < size:
+            block = np.pad(block, (0, size - len(block)))
+        yield block
+
+
+def silence(seconds: float, sample_rate: int) -> np.ndarray:
+    return np.zeros(int(round(seconds * sample_rate)), dtype=PIPELINE_DTYPE)

@@ -1,0 +1,196 @@
+"""Validation of a composed config, before any stage is built or any model loads.
+
+The constructor signature of each ``_target_`` is the schema: keys must bind to it, ``Literal`` annotations
+are enums, ``Annotated[..., MUST_EXIST]`` marks paths that must exist, plain ``int``/``float``/``bool``/``str``
+annotations are type-checked. Each stage class may add cross-field and platform rules in ``validate_config``.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
+from s2s.platform import DEVICES, resolve_device, valid_device
+from s2s.stage import Stage
+
+ALLOWED_PACKAGE = "s2s"
+MUST_EXIST = "must-exist"  # marker for typing.Annotated: the path (when not None) must exist
+
+
+@dataclass
+class StageSpec:
+    """A validated stage: its group name, class and constructor keyword arguments (device resolved)."""
+
+    group: str
+    target: str
+    cls: type[Stage]
+    kwargs: dict[str, Any]
+
+    def build(self) -> Stage:
+        return self.cls(**self.kwargs)
+
+
+def load_target(target: Any, key: str) -> type[Stage]:
+    """Import a ``_target_`` class, refusing anything outside the s2s package or not a Stage."""
+    if not isinstance(target, str) or not target.startswith(ALLOWED_PACKAGE + "."):
+        raise ConfigError(key, target, f"a class inside the '{ALLOWED_PACKAGE}' package "
+                                       f"(other callables are refused for safety)")
+    module_name, _, attribute = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+        cls = getattr(module, attribute)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(key, target, f"an importable s2s stage class ({type(error).__name__}: {error})") from None
+    if not (inspect.isclass(cls) and issubclass(cls, Stage)):
+        raise ConfigError(key, target, "a subclass of s2s.stage.Stage")
+    return cls
+
+
+def _describe(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(str(choice) for choice in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _describe(typing.get_args(annotation)[0])
+    if annotation is type(None):
+        return "null"
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return True
+    if origin is typing.Literal:
+        return value in typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arm) for arm in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _matches(value, typing.get_args(annotation)[0])
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict or annotation is dict:
+        return isinstance(value, Mapping)
+    return True  # richer annotations are the class's own business (validate_config)
+
+
+def _must_exist(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is typing.Annotated:
+        return MUST_EXIST in typing.get_args(annotation)[1:]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_must_exist(arm) for arm in typing.get_args(annotation))
+    return False
+
+
+def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """Bind ``kwargs`` to the constructor and check each value against its annotation."""
+    signature = inspect.signature(cls)
+    errors: list[ConfigError] = []
+    known = [name for name, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD]
+    for key in kwargs:
+        if key not in signature.parameters:
+            errors.append(context.error(key, kwargs[key], f"a known key; {cls.__module__}.{cls.__name__} "
+                                                          f"takes: {', '.join(known)}"))
+    for name, parameter in signature.parameters.items():
+        if parameter.default is parameter.empty and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD,
+                                                                      parameter.KEYWORD_ONLY) and name not in kwargs:
+            errors.append(context.error(name, "<missing>", "a value (the key is required)"))
+    if not errors:
+        signature.bind(**kwargs)  # cannot fail now; kept as the contract the checks above spell out
+    hints = typing.get_type_hints(cls.__init__, include_extras=True)
+    for key, value in kwargs.items():
+        annotation = hints.get(key, inspect.Parameter.empty)
+        if key not in signature.parameters:
+            continue
+        if key == "device":
+            if not (isinstance(value, str) and valid_device(value)):
+                errors.append(context.error(key, value, f"one of {', '.join(DEVICES)} (or cuda:N)"))
+            continue
+        if not _matches(value, annotation):
+            errors.append(context.error(key, value, _describe(annotation)))
+        elif value is not None and _must_exist(annotation) and not Path(str(value)).expanduser().exists():
+            errors.append(context.error(key, value, "an existing path (no such file or directory)"))
+    return errors
+
+
+def _stage_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
+    errors: list[ConfigError] = []
+    kwargs: dict[str, Any] = {}
+    for key in node:
+        try:
+            value = node[key]
+            if isinstance(value, DictConfig) or OmegaConf.is_list(value):
+                value = OmegaConf.to_container(value, resolve=True)
+            kwargs[str(key)] = value
+        except MissingMandatoryValue:
+            errors.append(ConfigError(f"{group}.{key}", "???", "a value (this key is required)"))
+        except InterpolationResolutionError as error:
+            errors.append(ConfigError(f"{group}.{key}", OmegaConf.to_container(node, resolve=False)[key],
+                                      f"a resolvable interpolation ({error})"))
+    target = kwargs.pop("_target_", None)
+    return target, kwargs, errors
+
+
+def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
+    host = cfg.host
+    return ValidationContext(group=group, platform=str(host.name), os=str(host.os),
+                             accelerator=str(host.accelerator))
+
+
+def validate(cfg: DictConfig) -> list[StageSpec]:
+    """Check the whole composed config; return the stage specs in pipeline order or raise ``ConfigErrors``."""
+    errors: list[ConfigError] = []
+    if not isinstance(cfg.get("device"), str) or not valid_device(cfg.device):
+        errors.append(ConfigError("device", cfg.get("device"), f"one of {', '.join(DEVICES)} (or cuda:N)"))
+    specs: list[StageSpec] = []
+    for group in cfg.pipeline:
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            errors.append(ConfigError("pipeline", group, "names of config groups that select a stage "
+                                                          "(each needs a _target_)"))
+            continue
+        target, kwargs, problems = _stage_kwargs(node, group)
+        errors += problems
+        try:
+            cls = load_target(target, f"{group}._target_")
+        except ConfigError as error:
+            errors.append(error)
+            continue
+        context = validation_context(cfg, group)
+        kwarg_errors = check_kwargs(cls, kwargs, context)
+        errors += kwarg_errors
+        if "device" in kwargs and isinstance(kwargs["device"], str) and valid_device(kwargs["device"]):
+            kwargs["device"] = resolve_device(kwargs["device"], context.accelerator)
+        if not kwarg_errors and not problems:
+            try:
+                cls.validate_config(kwargs, context)
+            except ConfigErrors as many:
+                errors += many.errors
+            except ConfigError as error:
+                errors.append(error)
+        specs.append(StageSpec(group, target, cls, kwargs))
+    if errors:
+        raise ConfigErrors(errors)
+    return specs

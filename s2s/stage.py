@@ -1,0 +1,85 @@
+"""The stage contract.
+
+A stage is built from plain config values (cheap: no model load, no heavy import), then the runner calls
+``setup()`` once (load the model here, importing the backend library here), ``process(message)`` per input
+message, ``flush()`` at end of input, ``reset()`` between conversations and ``close()`` at the end.
+A stage never sees a queue, a thread or a stop flag: it only yields messages. When the runner stops consuming
+a ``process`` generator (interruption, shutdown), it closes it, so ``finally`` blocks in a backend run.
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from s2s.config_errors import ValidationContext
+from s2s.messages import Data, Message
+
+
+class MissingExtraError(RuntimeError):
+    """A backend library is not installed; the message names the pip extra that brings it."""
+
+    def __init__(self, backend: str, module: str, extra: str, cause: BaseException | None = None) -> None:
+        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+        super().__init__(f"{backend} needs the Python package providing '{module}', which is missing{detail}. "
+                         f"Install it with: pip install -e '.[{extra}]'")
+        self.extra = extra
+
+
+def require(module: str, *, backend: str, extra: str) -> Any:
+    """Import ``module`` for ``backend`` or raise :class:`MissingExtraError` naming the pip extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise MissingExtraError(backend, module, extra, error) from error
+
+
+class Stage:
+    """Base class of every pipeline stage.
+
+    Subclasses set ``accepts`` to the data message types they consume; ``validate_config`` may add
+    cross-field and platform rules that are checked before anything loads.
+    """
+
+    accepts: ClassVar[tuple[type[Data], ...]] = ()
+
+    def setup(self) -> None:
+        """Load models and open devices. Called once, before the first message."""
+
+    def process(self, message: Data) -> Iterator[Message]:
+        """Consume one message and yield zero or more output messages, as soon as each is ready."""
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def flush(self) -> Iterator[Message]:
+        """End of input: yield whatever is still buffered (e.g. an open speech segment)."""
+        return iter(())
+
+    def reset(self) -> None:
+        """Forget per-conversation state (history, buffers)."""
+
+    def close(self) -> None:
+        """Release models, files and devices. Safe to call more than once and after a failed setup."""
+
+    def describe(self) -> dict[str, Any]:
+        """What a dry run shows about this stage: model, device and other identifying values."""
+        return {}
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        """Cross-field rules on the constructor's keyword arguments; raise ``ConfigError`` for each problem.
+
+        Runs before anything is built. ``context`` tells the platform the run targets.
+        """
+
+
+class Source(Stage):
+    """A stage with no input: ``stream()`` yields messages until the input ends."""
+
+    def stream(self) -> Iterator[Message]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def process(self, message: Data) -> Iterator[Message]:
+        raise TypeError(f"{type(self).__name__} is a source and consumes no messages")
+

@@ -1,0 +1,36 @@
+"""Shared behaviour of TTS stages: one streaming hook, output converted to the pipeline format once."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from s2s import audio
+from s2s.messages import Data, Message, ReplyAudio, ReplyText
+from s2s.stage import Stage
+
+
+class TTSStage(Stage):
+    """Base of TTS backends: implement ``synthesize(text, language)`` yielding audio blocks as they are made.
+
+    Blocks may be numpy arrays, torch tensors or mx arrays of any shape and dtype at ``self.sample_rate``;
+    ``process`` turns each into a :class:`ReplyAudio` in the pipeline format. When the runner stops reading
+    (barge-in, shutdown) the generator is closed, so a backend stops its library's stream in ``finally``.
+    """
+
+    accepts = (ReplyText,)
+    sample_rate: int = 24000
+
+    def synthesize(self, text: str, language: str | None) -> Iterator[Any]:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, ReplyText)
+        blocks = self.synthesize(message.text, message.language)
+        try:
+            for block in blocks:
+                samples = audio.to_pipeline(block, self.sample_rate)
+                if len(samples):
+                    yield ReplyAudio(samples, self.sample_rate, message.turn)
+        finally:
+            blocks.close()  # type: ignore[attr-defined]
