@@ -74,7 +74,8 @@ def main(cfg: DictConfig) -> int:
     for spec in specs:
         log.info("building %s: %s", spec.group, spec.target)
         stages.append((spec.group, spec.build()))
-    graph = Graph(stages, recorder, barge_in=cfg.runner.barge_in, stop_timeout_s=cfg.runner.stop_timeout_s)
+    graph = Graph(stages, recorder, barge_in=cfg.runner.barge_in, half_duplex=cfg.runner.half_duplex,
+                  stop_timeout_s=cfg.runner.stop_timeout_s)
     with sigterm_as_interrupt():
         try:
             recorder.setup_s = graph.setup()

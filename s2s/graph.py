@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from s2s.messages import Control, Data, EndOfStream, Message, Metric, SpeechStarted
+from s2s.messages import (Control, Data, EndOfStream, Message, Metric, SpeechSegment, SpeechStarted,
+                          TurnEnd)
 from s2s.stage import Source, Stage
 
 log = logging.getLogger(__name__)
@@ -79,12 +80,16 @@ class Graph:
     """A linear chain of named stages; the first must be a :class:`Source`."""
 
     def __init__(self, stages: list[tuple[str, Stage]], observer: Observer | None = None, *,
-                 barge_in: bool = False, stop_timeout_s: float = 2.0) -> None:
+                 barge_in: bool = False, half_duplex: bool | None = None, stop_timeout_s: float = 2.0) -> None:
         if not stages or not isinstance(stages[0][1], Source):
             raise ValueError("a graph starts with a Source stage")
         self.stages = stages
         self.observer = observer or NullObserver()
         self.barge_in = barge_in
+        # half duplex: ignore a live source from the end of the user's turn until the reply has played
+        live = stages[0][1].live  # type: ignore[attr-defined]
+        self.half_duplex = (live and not barge_in) if half_duplex is None else half_duplex
+        self._deaf_turn: int | None = None
         self.stop_timeout_s = stop_timeout_s
         self._queues: list[queue.Queue[Message]] = [queue.Queue() for _ in stages[1:]]
         self._stop = threading.Event()
@@ -170,7 +175,8 @@ class Graph:
             for message in stream:
                 if self._stop.is_set():
                     return
-                self._emit(0, message)
+                if self._deaf_turn is None:
+                    self._emit(0, message)
         finally:
             stream.close()
         self._emit(0, EndOfStream())
@@ -218,6 +224,10 @@ class Graph:
             self.observer.on_metric(name, message)
             return
         self.observer.on_output(name, message, time.perf_counter())
+        if self.half_duplex and isinstance(message, SpeechSegment):
+            self._deaf_turn = message.turn
+        elif isinstance(message, TurnEnd) and index == len(self.stages) - 1 and message.turn == self._deaf_turn:
+            self._deaf_turn = None
         if isinstance(message, SpeechStarted) and self.barge_in and message.turn > self._cancel_below:
             log.info("barge-in: user started turn %d, dropping older replies", message.turn)
             self._cancel_below = message.turn

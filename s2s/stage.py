@@ -74,7 +74,13 @@ class Stage:
 
 
 class Source(Stage):
-    """A stage with no input: ``stream()`` yields messages until the input ends."""
+    """A stage with no input: ``stream()`` yields messages until the input ends.
+
+    ``live`` sources (a microphone) keep producing while the assistant speaks; the runner can then ignore
+    them until the reply ends (half duplex), so the assistant does not answer its own voice.
+    """
+
+    live: ClassVar[bool] = False
 
     def stream(self) -> Iterator[Message]:
         raise NotImplementedError

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from s2s import audio
-from s2s.messages import Data, Message, SpeechSegment, Transcript
+from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
 from s2s.stage import Stage, require
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,7 @@ class FasterWhisperSTT(Stage):
             yield Transcript(text, message.turn, info.language)
         else:
             log.info("turn %d: no words recognised, no reply", message.turn)
+            yield TurnEnd(message.turn)  # closes the turn (a half-duplex microphone listens again)
 
     def close(self) -> None:
         self._model = None

