@@ -26,6 +26,11 @@ ALLOWED_PACKAGE = "s2s"
 MUST_EXIST = "must-exist"  # marker for typing.Annotated: the path (when not None) must exist
 
 
+# Top-level keys the runner itself reads, with what they accept.
+TOP_LEVEL: dict[str, Any] = {"dry_run": bool, "audio.sample_rate": int, "runner.barge_in": bool,
+                             "runner.half_duplex": typing.Optional[bool], "runner.stop_timeout_s": float}
+
+
 @dataclass
 class StageSpec:
     """A validated stage: its group name, class and constructor keyword arguments (device resolved)."""
@@ -164,6 +169,10 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
     errors: list[ConfigError] = []
     if not isinstance(cfg.get("device"), str) or not valid_device(cfg.device):
         errors.append(ConfigError("device", cfg.get("device"), f"one of {', '.join(DEVICES)} (or cuda:N)"))
+    for key, annotation in TOP_LEVEL.items():
+        value = OmegaConf.select(cfg, key)
+        if not _matches(value, annotation):
+            errors.append(ConfigError(key, value, _describe(annotation)))
     specs: list[StageSpec] = []
     for group in cfg.pipeline:
         node = cfg.get(group)
@@ -179,7 +188,8 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
             errors.append(error)
             continue
         context = validation_context(cfg, group)
-        kwarg_errors = check_kwargs(cls, kwargs, context)
+        reported = {error.key for error in problems}
+        kwarg_errors = [e for e in check_kwargs(cls, kwargs, context) if e.key not in reported]
         errors += kwarg_errors
         if "device" in kwargs and isinstance(kwargs["device"], str) and valid_device(kwargs["device"]):
             kwargs["device"] = resolve_device(kwargs["device"], context.accelerator)

@@ -193,6 +193,8 @@ class Graph:
                 self._drain(index, stage.flush())
                 self._emit(index, message)
                 return
+            if isinstance(message, TurnEnd) and not self._stale(message):
+                self._drain(index, stage.end_turn(message.turn))
             if isinstance(message, Control):
                 self._emit(index, message)
                 continue

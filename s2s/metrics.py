@@ -68,7 +68,8 @@ class Turn:
         return {"turn": self.turn, "user": self.user, "assistant": " ".join(self.assistant),
                 "language": self.language, "complete": self.complete,
                 "user_audio_s": None if self.user_audio_s is None else round(self.user_audio_s, 3),
-                "reply_audio_s": round(self.reply_audio_s, 3), "timings": self.figures()}
+                "reply_audio_s": round(self.reply_audio_s, 3), "timings": self.figures(),
+                "reported": {name: round(value, 4) for name, value in self.reported.items()}}
 
 
 class Recorder:
@@ -163,6 +164,9 @@ class Recorder:
         for name in FIGURES:
             values = [r["timings"][name] for r in records if r["timings"][name] is not None]
             medians[name] = round(statistics.median(values), 4) if values else None
+        for name in sorted({key for r in records for key in r["reported"]} - set(FIGURES)):
+            values = [r["reported"][name] for r in records if name in r["reported"]]  # e.g. a benchmark's wer
+            medians[name] = round(statistics.median(values), 4)
         return {"turns": len(records), "completed_turns": sum(r["complete"] for r in records), "median": medians}
 
     def write(self, status: str | None = None, error: str | None = None) -> None:

@@ -2,7 +2,8 @@
 
 A stage is built from plain config values (cheap: no model load, no heavy import), then the runner calls
 ``setup()`` once (load the model here, importing the backend library here), ``process(message)`` per input
-message, ``flush()`` at end of input, ``reset()`` between conversations and ``close()`` at the end.
+message, ``end_turn(turn)`` when a turn is complete, ``flush()`` at end of input, ``reset()`` between
+conversations and ``close()`` at the end.
 A stage never sees a queue, a thread or a stop flag: it only yields messages. When the runner stops consuming
 a ``process`` generator (interruption, shutdown), it closes it, so ``finally`` blocks in a backend run.
 """
@@ -50,6 +51,10 @@ class Stage:
         """Consume one message and yield zero or more output messages, as soon as each is ready."""
         raise NotImplementedError
         yield  # pragma: no cover
+
+    def end_turn(self, turn: int) -> Iterator[Message]:
+        """Everything of ``turn`` has been processed (a ``TurnEnd`` arrived); yield what completes it."""
+        return iter(())
 
     def flush(self) -> Iterator[Message]:
         """End of input: yield whatever is still buffered (e.g. an open speech segment)."""

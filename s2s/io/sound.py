@@ -36,21 +36,30 @@ def _device_error(role: str, kind: str, device: Any, error: Exception) -> AudioD
     return AudioDeviceError(f"{role}: no usable audio {kind} device ({which}: {error}); {_HINT_FILE}")
 
 
+def _close_stream(stream: Any) -> None:
+    """Stop and close a PortAudio stream (None is fine); returns None for the caller to store."""
+    if stream is not None:
+        stream.stop()
+        stream.close()
+    return None
+
+
 class MicSource(Source):
     """Streams the microphone as pipeline audio chunks until stopped.
 
     Args:
         sample_rate: capture rate (the pipeline's rate).
         chunk_ms: block length handed to the VAD.
-        device: sounddevice input device index or name; null for the system default.
+        audio_device: sounddevice input device index or name; null for the system default.
     """
 
     live = True
 
-    def __init__(self, sample_rate: int = 16000, chunk_ms: int = 32, device: int | str | None = None) -> None:
+    def __init__(self, sample_rate: int = 16000, chunk_ms: int = 32,
+                 audio_device: int | str | None = None) -> None:
         self.sample_rate = sample_rate
         self.chunk_size = sample_rate * chunk_ms // 1000
-        self.device = device
+        self.audio_device = audio_device
         self._stream: Any = None
         self._blocks: queue.Queue[np.ndarray] = queue.Queue()
 
@@ -58,11 +67,11 @@ class MicSource(Source):
         sounddevice = import_sounddevice("source=mic")
         try:
             self._stream = sounddevice.InputStream(samplerate=self.sample_rate, blocksize=self.chunk_size,
-                                                   channels=1, dtype="float32", device=self.device,
+                                                   channels=1, dtype="float32", device=self.audio_device,
                                                    callback=self._callback)
             self._stream.start()
         except Exception as error:  # PortAudioError, ValueError for unknown device names
-            raise _device_error("source=mic", "input", self.device, error) from None
+            raise _device_error("source=mic", "input", self.audio_device, error) from None
 
     def _callback(self, indata: np.ndarray, frames: int, time: Any, status: Any) -> None:
         self._blocks.put(indata[:, 0].copy())
@@ -76,13 +85,10 @@ class MicSource(Source):
             yield AudioChunk(audio.to_pipeline(block, self.sample_rate), self.sample_rate)
 
     def close(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.stop()
-            stream.close()
+        self._stream = _close_stream(self._stream)
 
     def describe(self) -> dict[str, Any]:
-        return {"device": self.device if self.device is not None else "default input"}
+        return {"audio_device": self.audio_device if self.audio_device is not None else "default input"}
 
 
 class SpeakerSink(Stage):
@@ -90,24 +96,24 @@ class SpeakerSink(Stage):
 
     Args:
         sample_rate: playback rate; null plays at the TTS's own rate.
-        device: sounddevice output device index or name; null for the system default.
+        audio_device: sounddevice output device index or name; null for the system default.
     """
 
     accepts = (ReplyAudio,)
 
-    def __init__(self, sample_rate: int | None = None, device: int | str | None = None) -> None:
+    def __init__(self, sample_rate: int | None = None, audio_device: int | str | None = None) -> None:
         self.sample_rate = sample_rate
-        self.device = device
+        self.audio_device = audio_device
         self._sounddevice: Any = None
         self._stream: Any = None
 
     def setup(self) -> None:
         self._sounddevice = import_sounddevice("sink=speaker")
         try:  # fail now, before models load, if there is no output device
-            self._sounddevice.check_output_settings(device=self.device, channels=1, dtype="float32",
+            self._sounddevice.check_output_settings(device=self.audio_device, channels=1, dtype="float32",
                                                     samplerate=self.sample_rate)
         except Exception as error:
-            raise _device_error("sink=speaker", "output", self.device, error) from None
+            raise _device_error("sink=speaker", "output", self.audio_device, error) from None
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, ReplyAudio)
@@ -115,19 +121,16 @@ class SpeakerSink(Stage):
             self.sample_rate = self.sample_rate or message.sample_rate
             try:
                 self._stream = self._sounddevice.OutputStream(samplerate=self.sample_rate, channels=1,
-                                                              dtype="float32", device=self.device)
+                                                              dtype="float32", device=self.audio_device)
                 self._stream.start()
             except Exception as error:
-                raise _device_error("sink=speaker", "output", self.device, error) from None
+                raise _device_error("sink=speaker", "output", self.audio_device, error) from None
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
         self._stream.write(np.ascontiguousarray(samples.reshape(-1, 1)))  # blocks at playback speed
         return iter(())
 
     def close(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.stop()
-            stream.close()
+        self._stream = _close_stream(self._stream)
 
     def describe(self) -> dict[str, Any]:
-        return {"device": self.device if self.device is not None else "default output"}
+        return {"audio_device": self.audio_device if self.audio_device is not None else "default output"}

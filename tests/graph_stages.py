@@ -1,0 +1,112 @@
+"""Small real stages for runner tests (no models): numbers in, words out, with controllable timing."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from s2s.messages import (AudioChunk, Data, Message, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted,
+                          Transcript, TurnEnd)
+from s2s.stage import Source, Stage
+
+
+class CountingSource(Source):
+    """Yields ``turns`` audio chunks, each becoming one turn downstream."""
+
+    def __init__(self, turns: int = 3, delay_s: float = 0.0, forever: bool = False) -> None:
+        self.turns, self.delay_s, self.forever = turns, delay_s, forever
+
+    def stream(self) -> Iterator[Message]:
+        index = 0
+        while self.forever or index < self.turns:
+            time.sleep(self.delay_s)
+            yield AudioChunk(np.full(160, index, dtype=np.float32), 16000)
+            index += 1
+
+
+class Segmenter(Stage):
+    """Every chunk is an utterance; buffers the last one until flush to prove flush is called."""
+
+    def __init__(self, hold_last: bool = False, announce: bool = False) -> None:
+        self.hold_last, self.announce = hold_last, announce
+        self.turn, self.held = 0, None
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, AudioChunk)
+        if self.announce:
+            yield SpeechStarted(self.turn)
+        segment = SpeechSegment(message.samples, 16000, self.turn, 0.0, 0.01)
+        self.turn += 1
+        if self.hold_last:
+            if self.held is not None:
+                yield self.held
+            self.held = segment
+        else:
+            yield segment
+
+    def flush(self) -> Iterator[Message]:
+        if self.held is not None:
+            yield self.held
+            self.held = None
+
+
+class Recognizer(Stage):
+    def __init__(self, fail_on_turn: int | None = None, slow_s: float = 0.0) -> None:
+        self.fail_on_turn, self.slow_s = fail_on_turn, slow_s
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, SpeechSegment)
+        if message.turn == self.fail_on_turn:
+            raise RuntimeError(f"cannot recognise turn {message.turn}")
+        time.sleep(self.slow_s)
+        yield Transcript(f"turn {message.turn}", message.turn, "en")
+
+
+class Talker(Stage):
+    """Streams ``words`` sentences per turn with a pause between them (to observe streaming)."""
+
+    def __init__(self, words: int = 3, pause_s: float = 0.0) -> None:
+        self.words, self.pause_s = words, pause_s
+        self.closed_early = 0
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, Transcript)
+        try:
+            for index in range(self.words):
+                if index:
+                    time.sleep(self.pause_s)
+                yield ReplyText(f"{message.text} word {index}.", message.turn)
+            yield TurnEnd(message.turn)
+        except GeneratorExit:
+            self.closed_early += 1
+            raise
+
+
+class Voice(Stage):
+    def __init__(self, samples: int = 2400) -> None:
+        self.samples = samples
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, ReplyText)
+        yield ReplyAudio(np.zeros(self.samples, dtype=np.float32), 24000, message.turn)
+
+
+class Collector(Stage):
+    """Records what reached the end of the graph and when."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[float, Data]] = []
+        self.turn_ends: list[int] = []
+        self.closed = False
+
+    def process(self, message: Data) -> Iterator[Message]:
+        self.received.append((time.perf_counter(), message))
+        return iter(())
+
+    def end_turn(self, turn: int) -> Iterator[Message]:
+        self.turn_ends.append(turn)
+        return iter(())
+
+    def close(self) -> None:
+        self.closed = True

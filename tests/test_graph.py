@@ -1,0 +1,164 @@
+"""The runner with small stages defined in tests: order, streaming, draining, failures, signals, barge-in."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from graph_stages import Collector, CountingSource, Recognizer, Segmenter, Talker, Voice
+from s2s.graph import Graph
+from s2s.messages import ReplyAudio, ReplyText, SpeechStarted
+from s2s.metrics import Recorder
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def chain(source=None, segmenter=None, recognizer=None, talker=None, voice=None, sink=None):
+    return [("source", source or CountingSource()), ("vad", segmenter or Segmenter()),
+            ("stt", recognizer or Recognizer()), ("llm", talker or Talker()), ("tts", voice or Voice()),
+            ("sink", sink or Collector())]
+
+
+def run_graph(stages, **kwargs):
+    graph = Graph(stages, **kwargs)
+    graph.setup()
+    try:
+        return graph, graph.run()
+    finally:
+        graph.close()
+
+
+def test_messages_arrive_in_order_and_turns_end():
+    sink = Collector()
+    _, result = run_graph(chain(source=CountingSource(turns=3), sink=sink))
+    assert result.status == "completed" and result.exit_code == 0
+    texts = [(m.turn, m.samples.shape[0]) for _, m in sink.received]
+    assert [turn for turn, _ in texts] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert sink.turn_ends == [0, 1, 2]
+    assert sink.closed
+
+
+def test_flush_drains_buffered_output_at_end_of_input():
+    sink = Collector()
+    run_graph(chain(source=CountingSource(turns=2), segmenter=Segmenter(hold_last=True), sink=sink))
+    assert sorted({m.turn for _, m in sink.received}) == [0, 1]  # turn 1 only existed in the VAD's buffer
+
+
+def test_first_output_reaches_the_sink_before_the_producer_finishes():
+    sink = Collector()
+    start = time.perf_counter()
+    run_graph(chain(source=CountingSource(turns=1), talker=Talker(words=3, pause_s=0.3), sink=sink))
+    arrivals = [t - start for t, _ in sink.received]
+    assert len(arrivals) == 3
+    # the first sentence's audio arrived while the talker was still pausing before the second one
+    assert arrivals[1] - arrivals[0] > 0.2 and arrivals[0] < arrivals[2] - 0.4
+
+
+def test_failing_stage_stops_the_graph_quickly_and_names_itself():
+    sink = Collector()
+    started = time.perf_counter()
+    graph, result = run_graph(chain(source=CountingSource(turns=1000, forever=True, delay_s=0.001),
+                                    recognizer=Recognizer(fail_on_turn=2), sink=sink))
+    assert time.perf_counter() - started < 2.5
+    assert result.status == "failed" and result.exit_code == 1
+    assert result.failure.stage == "stt"
+    assert "cannot recognise turn 2" in str(result.failure) and "stage 'stt'" in str(result.failure)
+    assert sink.closed
+    assert {m.turn for _, m in sink.received} <= {0, 1}
+
+
+
+
+def test_setup_failure_names_the_stage():
+    from s2s.graph import StageSetupError
+
+    class Broken(Voice):
+        def setup(self):
+            raise OSError("no such model")
+
+    graph = Graph(chain(voice=Broken()))
+    with pytest.raises(StageSetupError, match="stage 'tts' could not start: no such model"):
+        graph.setup()
+
+
+def test_recorder_turns_into_transcript_and_metrics(tmp_path):
+    recorder = Recorder(tmp_path)
+    _, result = run_graph(chain(source=CountingSource(turns=2), talker=Talker(words=2)), observer=recorder)
+    recorder.finish(result.status)
+    lines = [json.loads(line) for line in (tmp_path / "transcript.jsonl").read_text().splitlines()]
+    assert [(line["turn"], line["user"], line["assistant"]) for line in lines] == [
+        (0, "turn 0", "turn 0 word 0. turn 0 word 1."), (1, "turn 1", "turn 1 word 0. turn 1 word 1.")]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["summary"]["completed_turns"] == 2
+    timings = metrics["turns"][0]["timings"]
+    assert timings["voice_to_voice_s"] > 0 and timings["stt_s"] >= 0 and timings["tts_first_audio_s"] >= 0
+    assert timings["tts_rtf"] >= 0 and metrics["turns"][0]["reply_audio_s"] == pytest.approx(0.2)
+
+
+def test_barge_in_cancels_the_reply_in_progress():
+    sink = Collector()
+    talker = Talker(words=20, pause_s=0.1)
+    run_graph(chain(source=CountingSource(turns=2, delay_s=0.4), segmenter=Segmenter(announce=True),
+                    talker=talker, sink=sink), barge_in=True)
+    turn0 = [m for _, m in sink.received if m.turn == 0]
+    turn1 = [m for _, m in sink.received if m.turn == 1]
+    assert 0 < len(turn0) < 20, "turn 0's reply was cut when the user spoke again"
+    assert len(turn1) == 20
+    assert talker.closed_early == 1
+
+
+def test_half_duplex_ignores_a_live_source_until_the_reply_ends():
+    class Live(CountingSource):
+        live = True
+
+    sink = Collector()
+    run_graph(chain(source=Live(turns=30, delay_s=0.01), talker=Talker(words=2, pause_s=0.1), sink=sink))
+    turns = sorted({m.turn for _, m in sink.received})
+    assert 1 <= len(turns) < 30  # chunks that came while the assistant was replying were not answered
+
+
+SIGNAL_SCRIPT = textwrap.dedent("""
+    import sys, json
+    sys.path[:0] = [{tests!r}, {root!r}]
+    from graph_stages import *
+    from s2s.app import sigterm_as_interrupt
+    from s2s.graph import Graph
+    from s2s.metrics import Recorder
+    recorder = Recorder({out!r})
+    graph = Graph([("source", CountingSource(turns=10**6, delay_s=0.05)), ("vad", Segmenter()),
+                   ("stt", Recognizer(slow_s={slow})), ("llm", Talker()), ("tts", Voice()), ("sink", Collector())], recorder)
+    graph.setup()
+    print("running", flush=True)
+    with sigterm_as_interrupt():
+        result = graph.run()
+    graph.close()
+    recorder.finish(result.status)
+    sys.exit(result.exit_code)
+""")
+
+
+@pytest.mark.parametrize("signum,slow", [(signal.SIGINT, 0.0), (signal.SIGTERM, 0.0), (signal.SIGINT, 60.0)],
+                         ids=["sigint", "sigterm", "sigint-while-a-stage-is-stuck"])
+def test_signal_stops_the_graph_and_keeps_outputs_valid(tmp_path, signum, slow):
+    script = SIGNAL_SCRIPT.format(tests=str(ROOT / "tests"), root=str(ROOT), out=str(tmp_path), slow=slow)
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert process.stdout.readline().strip() == "running"
+    time.sleep(0.5)
+    sent = time.perf_counter()
+    process.send_signal(signum)
+    process.wait(timeout=10)
+    assert time.perf_counter() - sent < 3
+    assert process.returncode == 130, process.stderr.read()
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["status"] == "interrupted"
+    lines = (tmp_path / "transcript.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["turn"] >= 0 for line in lines)
+    assert lines or slow  # a stuck recogniser never finished a turn
