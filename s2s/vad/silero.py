@@ -31,7 +31,7 @@ class SileroVAD(Stage):
     accepts = (AudioChunk,)
 
     def __init__(self, threshold: float = 0.5, min_silence_ms: int = 600, min_speech_ms: int = 250,
-                 speech_pad_ms: int = 30, max_speech_ms: int | None = None, onnx: bool = False) -> None:
+                 speech_pad_ms: int = 100, max_speech_ms: int | None = None, onnx: bool = False) -> None:
         self.threshold = threshold
         self.min_silence = min_silence_ms * RATE // 1000
         self.min_speech = min_speech_ms * RATE // 1000

@@ -1,0 +1,73 @@
+"""Silero VAD (packaged model) as a streaming utterance detector."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from s2s import audio
+from s2s.messages import AudioChunk, SpeechSegment, SpeechStarted
+from s2s.vad.silero import SileroVAD
+
+
+@pytest.fixture(scope="module")
+def two_utterances(espeak, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("vad")
+    first = audio.read_audio(espeak("Hello there, how are you today?", folder / "a.wav"), 16000)
+    second = audio.read_audio(espeak("Tell me a joke please.", folder / "b.wav"), 16000)
+    gap = audio.silence(1.5, 16000)
+    return np.concatenate([gap, first, gap, second, gap]), (len(first), len(second))
+
+
+def run_vad(vad: SileroVAD, samples: np.ndarray):
+    vad.setup()
+    out = []
+    for block in audio.chunks(samples, 512):
+        out += list(vad.process(AudioChunk(block, 16000)))
+    out += list(vad.flush())
+    return out
+
+
+def test_two_utterances_give_two_turns(two_utterances):
+    samples, (first, second) = two_utterances
+    out = run_vad(SileroVAD(min_silence_ms=500), samples)
+    segments = [m for m in out if isinstance(m, SpeechSegment)]
+    assert [s.turn for s in segments] == [0, 1]
+    assert [m.turn for m in out if isinstance(m, SpeechStarted)] == [0, 1]
+    assert segments[0].start_s == pytest.approx(1.5, abs=0.3)
+    assert segments[0].duration_s == pytest.approx(first / 16000, abs=0.5)
+    assert segments[1].duration_s == pytest.approx(second / 16000, abs=0.5)
+    assert out.index(next(m for m in out if isinstance(m, SpeechStarted))) < out.index(segments[0])
+
+
+def test_long_speech_is_split_never_dropped(two_utterances):
+    samples, (first, _) = two_utterances
+    out = run_vad(SileroVAD(max_speech_ms=800), samples[: 24000 + first + 24000])
+    segments = [m for m in out if isinstance(m, SpeechSegment)]
+    assert len(segments) >= 2
+    assert all(s.duration_s <= 0.8 + 0.04 for s in segments)
+    total = sum(len(s.samples) for s in segments)
+    assert total >= first * 0.8  # the pieces together keep (nearly) all of the utterance
+
+
+def test_silence_and_blips_give_nothing():
+    blip = np.zeros(16000 * 2, dtype=np.float32)
+    blip[16000:16000 + 800] = 0.5 * np.sin(np.arange(800) / 3)  # 50 ms click
+    assert [m for m in run_vad(SileroVAD(), blip) if isinstance(m, SpeechSegment)] == []
+
+
+def test_reset_starts_turns_again(two_utterances):
+    samples, _ = two_utterances
+    vad = SileroVAD()
+    run_vad(vad, samples)
+    vad.reset()
+    out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
+    assert [m.turn for m in out if isinstance(m, SpeechSegment)][:1] == [2]  # turn numbers keep increasing
+
+
+def test_other_input_rates_are_resampled(two_utterances):
+    samples, _ = two_utterances
+    at_8k = audio.resample(samples, 16000, 8000)
+    vad = SileroVAD()
+    vad.setup()
+    out = [m for block in audio.chunks(at_8k, 256) for m in vad.process(AudioChunk(block, 8000))]
+    assert len([m for m in out if isinstance(m, SpeechSegment)]) == 2
