@@ -90,6 +90,10 @@ class TransformersLM(LLMStage, Stage):
         self._tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         dtype = torch_support.torch_dtype(self.dtype, self.device)
         self._model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        # warm-up, so the first turn's time to first token is not a cold start
+        inputs = self._tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
+                                                     return_tensors="pt", return_dict=True).to(self.device)
+        self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
 
     def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer

