@@ -104,8 +104,8 @@ def prepare_argv(argv: list[str]) -> list[str]:
     """Append ``platform=<detected>`` unless the user chose one; exit 2 on overrides that cannot compose."""
     flags, overrides = split_argv(argv)
     if not any(_override_key(o) == "platform" for o in overrides):
-        argv = [*argv, f"platform={detect().platform}"]
         overrides = [*overrides, f"platform={detect().platform}"]
+    argv = [*flags, *overrides]  # flags first: argparse refuses overrides on both sides of `--cfg job`
     multirun = "-m" in flags or "--multirun" in flags
     if not multirun and not {"--help", "-h", "--hydra-help", "--shell-completion", "-sc"} & set(flags):
         problems = preflight(overrides)

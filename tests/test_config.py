@@ -134,8 +134,8 @@ def test_cli_validation_errors_exit_2_before_loading(tmp_path):
 
 
 def test_cli_cfg_job_and_dry_run_for_another_platform_load_nothing(tmp_path):
-    result = run_cli("--cfg", "job", "platform=macos", cwd=tmp_path, check=True)
-    assert "name: macos" in result.stdout and "_target_: s2s.tts.kokoro_onnx.KokoroOnnxTTS" in result.stdout
+    result = run_cli("platform=macos", "--cfg", "job", "llm=echo", cwd=tmp_path, check=True)
+    assert "name: macos" in result.stdout and "s2s.llm.echo.EchoLM" in result.stdout and "_target_: s2s.tts.kokoro_onnx.KokoroOnnxTTS" in result.stdout
     probe = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "run.py"), "platform=macos",
                             "dry_run=true", f"hydra.run.dir={tmp_path}"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)
