@@ -1,0 +1,302 @@
+"""Qwen3-TTS (12 Hz tokenizer) with three backends behind one option: ggml, torch and mlx.
+
+* ``ggml``: qwentts.cpp through faster-qwen3-tts's GGML adapter (GGUF weights; CUDA on Linux, Metal on Macs).
+* ``torch``: faster-qwen3-tts's CUDA-graph runtime on top of qwen_tts (NVIDIA GPUs only).
+* ``mlx``: mlx-audio's port (Metal on Apple silicon, mlx[cpu] elsewhere), quantized mlx-community checkpoints.
+
+The voice comes from one of three modes, picked from the keys in this order: a cloned voice (``ref_audio`` with
+its transcript ``ref_text``, or on ggml the cached ``ref_spk``/``ref_rvq`` files), a preset speaker of a
+CustomVoice model (``speaker``, optionally styled by ``instruct``), or a voice described by ``instruct`` on a
+VoiceDesign model.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from s2s.config import MUST_EXIST
+from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
+from s2s.tts.base import TTSStage
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+DEFAULT_SPEAKER = "Aiden"
+QUANTIZATIONS = {"ggml": ("BF16", "Q8_0", "Q4_K_M", "F32"), "mlx": ("bf16", "4bit", "6bit", "8bit")}
+DEFAULT_QUANTIZATION = {"ggml": "BF16", "mlx": "6bit"}
+# the Hub models qwentts-cpp-python maps to published GGUF files (other models need gguf_*_path)
+GGML_MODELS = tuple(f"Qwen/Qwen3-TTS-12Hz-{name}" for name in (
+    "0.6B-Base", "0.6B-CustomVoice", "1.7B-Base", "1.7B-CustomVoice", "1.7B-VoiceDesign"))
+LANGUAGES = {"en": "English", "zh": "Chinese", "ja": "Japanese", "de": "German", "fr": "French",
+             "es": "Spanish", "it": "Italian", "pt": "Portuguese", "ru": "Russian", "ko": "Korean"}
+GGML_ONLY = ("gguf_talker_path", "gguf_codec_path", "ref_cache_dir", "ref_spk", "ref_rvq")
+TORCH_ONLY = ("dtype", "attn_implementation")
+
+# Where each backend can run (Linux and Windows with or without CUDA; Macs split by chip), and why not elsewhere:
+# facts about the published wheels, not guesses.
+WHERE = {"ggml": ("linux", "macos"), "torch": ("linux", "windows"), "mlx": ("linux", "macos", "windows")}
+CUDA_GRAPHS = "faster-qwen3-tts's torch backend runs on CUDA graphs: Linux or Windows with an NVIDIA GPU"
+WHY_NOT = {
+    ("ggml", "windows"): "qwentts-cpp-python (ggml) publishes no Windows wheels",
+    ("ggml", "macos_intel"): "qwentts-cpp-python's macOS wheel is for Apple silicon (Metal) only",
+    ("torch", "macos"): CUDA_GRAPHS,
+    ("torch", "macos_intel"): CUDA_GRAPHS,
+    ("mlx", "macos_intel"): "MLX publishes no wheels for Intel Macs",
+}
+
+
+@dataclass(frozen=True)
+class Voice:
+    """The voice mode a config selects, with the values that mode uses."""
+
+    mode: Literal["clone", "custom_voice", "voice_design"]
+    speaker: str | None = None
+    instruct: str | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    xvec_only: bool = False
+    ref_spk: str | None = None
+    ref_rvq: str | None = None
+
+    def __str__(self) -> str:
+        if self.mode == "custom_voice":
+            return f"speaker {self.speaker}" + (" + instruct" if self.instruct else "")
+        if self.mode == "voice_design":
+            return "designed by instruct"
+        source = "ref_audio" if self.ref_audio else "ref_spk" + ("+ref_rvq" if self.ref_rvq else "")
+        return f"clone of {source}" + (" (x-vector only)" if self.xvec_only else "")
+
+
+def model_kind(model: str, gguf_talker_path: str | None = None) -> str | None:
+    """``base``, ``custom_voice`` or ``voice_design`` from a local config.json or the model/GGUF name, else None."""
+    config = Path(model).expanduser() / "config.json"
+    if config.is_file():
+        try:
+            return json.loads(config.read_text()).get("tts_model_type")
+        except (OSError, ValueError):
+            return None
+    name = Path(gguf_talker_path).name if gguf_talker_path else model
+    for pattern, kind in ((r"custom_?voice", "custom_voice"), (r"voice_?design", "voice_design"),
+                          (r"(^|[-_/])base([-_.]|$)", "base")):
+        if re.search(pattern, name, re.IGNORECASE):
+            return kind
+    return None
+
+
+def language_name(value: str | None) -> str | None:
+    """``en``/``EN``/``english`` -> ``English``; ``auto`` -> ``Auto``; None for anything the model does not speak."""
+    if not value:
+        return None
+    value = value.strip().lower()
+    if value == "auto":
+        return "Auto"
+    if value.split("-")[0].split("_")[0] in LANGUAGES:
+        return LANGUAGES[value.split("-")[0].split("_")[0]]
+    return next((name for name in LANGUAGES.values() if name.lower() == value), None)
+
+
+def mlx_model_id(model: str, quantization: str | None) -> str:
+    """``Qwen/<name>`` -> ``mlx-community/<name>-<quantization>``; local paths and other ids pass through."""
+    if model.startswith("Qwen/") and not Path(model).expanduser().exists():
+        return f"mlx-community/{model.split('/', 1)[1]}-{quantization or DEFAULT_QUANTIZATION['mlx']}"
+    return model
+
+
+def select_voice(args: dict[str, Any], context: ValidationContext) -> tuple[Voice | None, list[ConfigError]]:
+    """Pick the voice mode from the keys (clone, then custom voice, then voice design) and check its rules."""
+    errors: list[ConfigError] = []
+
+    def error(key: str, expected: str) -> None:
+        errors.append(context.error(key, args[key], expected))
+
+    kind = model_kind(args["model"], args["gguf_talker_path"] if args["backend"] == "ggml" else None)
+    ref_audio, ref_spk, ref_rvq, ref_text = args["ref_audio"], args["ref_spk"], args["ref_rvq"], args["ref_text"]
+    speaker, instruct, xvec_only = args["speaker"], args["instruct"], args["xvec_only"]
+    if ref_audio or ref_spk or ref_rvq:
+        for key in ("ref_spk", "ref_rvq"):
+            if ref_audio and args[key]:
+                error(key, "null when ref_audio is set (a reference is either audio or cached ref_spk/ref_rvq)")
+        if ref_rvq and not (ref_spk and ref_text):
+            error("ref_rvq", "to come with ref_spk and ref_text (cached codes are an ICL reference)")
+        if xvec_only and ref_rvq:
+            error("xvec_only", "false with ref_rvq (cached codes are for ICL cloning; drop ref_rvq for x-vector)")
+        if ref_audio and not ref_text and not xvec_only:
+            error("ref_text", "the transcript of ref_audio (or xvec_only=true to clone the timbre only)")
+        if ref_spk and ref_text and not ref_rvq and not ref_audio:
+            error("ref_text", "null with ref_spk alone (a timbre-only clone); add ref_rvq for an ICL clone")
+        if kind not in (None, "base"):
+            error("model", f"a -Base model to clone a voice (this is a {kind} model)")
+        if speaker:
+            error("speaker", "null when cloning (speaker picks a preset voice of CustomVoice models)")
+        if instruct and args["backend"] != "torch":
+            error("instruct", f"null when cloning with backend={args['backend']} (only backend torch styles "
+                              f"a cloned voice)")
+        voice = Voice("clone", instruct=instruct, ref_audio=ref_audio, ref_text=ref_text, xvec_only=xvec_only,
+                      ref_spk=ref_spk, ref_rvq=ref_rvq)
+    else:
+        if ref_text:
+            error("ref_text", "null without ref_audio or ref_rvq (it is their transcript)")
+        if xvec_only:
+            error("xvec_only", "false without ref_audio (it selects x-vector-only cloning)")
+        if kind == "base":
+            errors.append(context.error("ref_audio", None, f"a reference voice: {args['model']} is a Base model "
+                                        "with no preset voice (set ref_audio + ref_text, or ref_spk on ggml)"))
+            return None, errors
+        if kind == "voice_design" or (kind is None and not speaker and instruct):
+            if speaker:
+                error("speaker", "null with a VoiceDesign model (its voice comes from instruct)")
+            if not instruct:
+                error("instruct", "a voice description: a VoiceDesign model makes its voice from it")
+            voice = Voice("voice_design", instruct=instruct)
+        else:
+            voice = Voice("custom_voice", speaker=speaker or DEFAULT_SPEAKER, instruct=instruct)
+    return (None if errors else voice), errors
+
+
+def check_backend(args: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """Platform, device and per-backend keys: each key of another backend must stay null."""
+    errors: list[ConfigError] = []
+    backend, quantization = args["backend"], args["quantization"]
+    where = context.platform if context.os == "macos" else context.os
+    if where not in WHERE[backend]:
+        allowed = [name + (" (with a CUDA device)" if name == "torch" and context.accelerator != "cuda" else "")
+                   for name in WHERE if where in WHERE[name]]
+        reason = WHY_NOT[(backend, where)]
+        expected = (f"one of {', '.join(allowed)} on platform {context.platform}" if allowed
+                    else f"another TTS: no Qwen3-TTS backend runs on platform {context.platform}")
+        return [context.error("backend", backend, f"{expected} ({reason})")]
+    if backend == "torch" and not str(args["device"]).startswith("cuda"):
+        errors.append(context.error("device", args["device"], "cuda: faster-qwen3-tts's torch backend runs on CUDA "
+                                    "graphs (Linux or Windows with an NVIDIA GPU); otherwise pick another backend"))
+    for key in GGML_ONLY:
+        if backend != "ggml" and args[key] is not None:
+            errors.append(context.error(key, args[key], f"null with backend={backend} ({key} is for backend ggml)"))
+    for key in TORCH_ONLY:
+        if backend != "torch" and args[key] is not None:
+            errors.append(context.error(key, args[key], f"null with backend={backend} ({key} is for backend torch)"))
+    if quantization is not None:
+        if backend == "torch":
+            errors.append(context.error("quantization", quantization, "null with backend=torch (it takes dtype)"))
+        elif quantization not in QUANTIZATIONS[backend]:
+            errors.append(context.error("quantization", quantization, f"null or one of "
+                                        f"{', '.join(QUANTIZATIONS[backend])} with backend={backend}"))
+        elif backend == "ggml" and args["gguf_talker_path"]:
+            errors.append(context.error("quantization", quantization, "null with gguf_*_path (the GGUF files fix it)"))
+        elif backend == "mlx" and mlx_model_id(args["model"], quantization) == args["model"]:
+            errors.append(context.error("quantization", quantization, "null unless model is a Qwen/<name> id "
+                                        "(a local path or mlx-community id fixes its own quantization)"))
+    if backend == "ggml":
+        if bool(args["gguf_talker_path"]) != bool(args["gguf_codec_path"]):
+            key = "gguf_codec_path" if args["gguf_talker_path"] else "gguf_talker_path"
+            errors.append(context.error(key, args[key], "a GGUF file: gguf_talker_path and gguf_codec_path "
+                                                        "go together"))
+        elif not args["gguf_talker_path"] and args["model"] not in GGML_MODELS:
+            errors.append(context.error("model", args["model"], f"one of {', '.join(GGML_MODELS)} with backend "
+                                        "ggml (or local files via gguf_talker_path + gguf_codec_path)"))
+    return errors
+
+
+class Qwen3TTS(TTSStage):
+    """Qwen3-TTS, streaming, with the backend picked per platform (ggml, torch or mlx).
+
+    Args:
+        model: Hub id or local folder (HF layout; mlx also takes mlx-community ids).
+        backend: ggml (qwentts.cpp), torch (CUDA graphs) or mlx (mlx-audio).
+        device: torch device for backend torch (must be CUDA); ggml and mlx pick their own accelerator,
+            except that ``cpu`` keeps mlx on the CPU.
+        language: auto (the STT's language per turn, else the model guesses) or a language name or code.
+        speaker: preset voice of a CustomVoice model (null: Aiden).
+        instruct: speaking style (CustomVoice), or the voice description (VoiceDesign).
+        ref_audio, ref_text: voice to clone (Base models) and its transcript.
+        xvec_only: clone the timbre only (speaker embedding), without ref_text.
+        ref_spk, ref_rvq: ggml only, cached qwentts.cpp reference files (.spk, and .rvq with ref_text).
+        streaming_chunk_size: codec steps per streamed block (12.5 steps = 1 s of audio).
+        max_new_tokens: cap on codec steps per reply.
+        quantization: ggml BF16/Q8_0/Q4_K_M/F32, mlx bf16/4bit/6bit/8bit; null: the backend's default.
+        gguf_talker_path, gguf_codec_path: ggml only, local GGUF files instead of downloading them.
+        ref_cache_dir: ggml only, where extracted voice references are cached (null: the library's default).
+        dtype: torch only, auto (bf16 where supported, else fp16) or an explicit torch dtype name.
+        attn_implementation: torch only, eager, sdpa or flash_attention_2 (null: sdpa).
+    """
+
+    sample_rate = 24000
+
+    def __init__(self, model: str = DEFAULT_MODEL, backend: Literal["ggml", "torch", "mlx"] = "ggml",
+                 device: str = "auto", language: str = "auto", speaker: str | None = None,
+                 instruct: str | None = None, ref_audio: Annotated[str | None, MUST_EXIST] = None,
+                 ref_text: str | None = None, xvec_only: bool = False,
+                 ref_spk: Annotated[str | None, MUST_EXIST] = None, ref_rvq: Annotated[str | None, MUST_EXIST] = None,
+                 streaming_chunk_size: int = 8, max_new_tokens: int = 2048, quantization: str | None = None,
+                 gguf_talker_path: Annotated[str | None, MUST_EXIST] = None,
+                 gguf_codec_path: Annotated[str | None, MUST_EXIST] = None, ref_cache_dir: str | None = None,
+                 dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = None,
+                 attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None) -> None:
+        self.args = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
+        self.model, self.backend, self.device = model, backend, device
+        self.language = language_name(language) or "Auto"
+        self.quantization = quantization or DEFAULT_QUANTIZATION.get(backend)
+        context = ValidationContext("tts", "", "", "")
+        voice, errors = select_voice(self.args, context)
+        if errors:
+            raise ConfigErrors(errors)
+        self.voice: Voice = voice  # type: ignore[assignment]
+        self._runtime: Any = None
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        bound = inspect.signature(cls).bind(**kwargs)
+        bound.apply_defaults()
+        args = dict(bound.arguments)
+        errors = check_backend(args, context)
+        if language_name(args["language"]) is None:
+            errors.append(context.error("language", args["language"], "auto or one of " + ", ".join(
+                f"{code} ({name})" for code, name in LANGUAGES.items())))
+        for key in ("streaming_chunk_size", "max_new_tokens"):
+            if args[key] < 1:
+                errors.append(context.error(key, args[key], "a positive integer"))
+        errors += select_voice(args, context)[1]
+        if errors:
+            raise ConfigErrors(errors)
+
+    def setup(self) -> None:
+        if self.backend == "mlx":
+            from s2s.tts.qwen3_mlx import MLXQwen3
+
+            self._runtime = MLXQwen3.load(self)
+        else:
+            from s2s.tts.qwen3_faster import FasterQwen3
+
+            self._runtime = FasterQwen3.load(self)
+        self.sample_rate = self._runtime.sample_rate
+        speakers = self._runtime.speakers()
+        if self.voice.speaker and speakers and self.voice.speaker.lower() not in speakers:
+            raise ConfigError("tts.speaker", self.voice.speaker, f"a voice of {self.model}: {', '.join(speakers)}")
+
+    def synthesize(self, text: str, language: str | None) -> Iterator[Any]:
+        if self.language != "Auto":
+            turn_language = self.language
+        else:  # the STT's code for this turn, when the model speaks it
+            turn_language = language_name(language) or "Auto"
+        return self._runtime.stream(text, turn_language)
+
+    def close(self) -> None:
+        self._runtime = None
+
+    def describe(self) -> dict[str, Any]:
+        details: dict[str, Any] = {"backend": self.backend}
+        if self.backend == "mlx":
+            details["model"] = mlx_model_id(self.model, self.quantization)
+            details["device"] = "cpu" if self.device == "cpu" else "mlx default (Metal on Apple silicon)"
+        elif self.backend == "ggml":
+            gguf = self.args["gguf_talker_path"]
+            details["model"] = f"{gguf} + {self.args['gguf_codec_path']}" if gguf else self.model
+            details["quantization"] = "from the GGUF files" if gguf else self.quantization
+            details["device"] = "ggml picks (the GPU in CUDA/Metal builds)"
+        else:
+            details.update(model=self.model, dtype=self.args["dtype"] or "auto",
+                           attn_implementation=self.args["attn_implementation"] or "sdpa")
+        details.update(voice=str(self.voice), language=self.language)
+        return details
