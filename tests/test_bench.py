@@ -1,0 +1,115 @@
+"""Benchmarks: WER scoring, the round-trip sink on real Whisper, the TTS benchmark sweep, the runner benchmark."""
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, compose_config, run_cli
+from s2s import audio
+from s2s.bench.roundtrip import RoundTripSink, word_error_rate
+from s2s.bench.runner import bench_runner
+from s2s.config import validate
+from s2s.config_errors import ConfigErrors
+from s2s.io.sentences import SentenceSource
+from s2s.messages import Metric, ReplyAudio, ReplyText, TurnEnd
+from s2s.platform import PLATFORMS
+
+
+def test_word_error_rate_ignores_case_and_punctuation():
+    reference = "Hello, world! It's a well-known test."
+    assert word_error_rate(reference, "hello world its a well known test") == 0.0
+    # one substitution (world -> word) and one deletion (test) out of 7 reference words
+    assert word_error_rate(reference, "Hello word, it's a well known.") == pytest.approx(2 / 7)
+    assert word_error_rate(reference, "") == 1.0
+    assert word_error_rate("yes", "yes yes yes") == 2.0  # insertions count: WER is not capped at 1
+
+
+def test_sentence_source_emits_one_turn_per_sentence():
+    source = SentenceSource(["One.", "Two words."], language="en")
+    assert list(source.stream()) == [ReplyText("One.", 0, "en"), TurnEnd(0), ReplyText("Two words.", 1, "en"),
+                                     TurnEnd(1)]
+
+
+def test_bench_config_and_its_rules(tmp_path):
+    for platform in PLATFORMS:
+        specs = validate(compose_config(["bench=tts", f"platform={platform}"], tmp_path))
+        assert [spec.group for spec in specs] == ["source", "tts", "sink"]
+        assert specs[2].kwargs["references"] == specs[0].kwargs["sentences"]  # declared once, interpolated
+        assert len(specs[0].kwargs["sentences"]) == 5
+    with pytest.raises(ConfigErrors, match=r"source.sentences=\[\]: invalid; expected a non-empty list"):
+        validate(compose_config(["bench=tts", "source.sentences=[]"], tmp_path))
+    with pytest.raises(ConfigErrors, match=r"sink.references=\[\]: invalid; expected null or a non-empty list"):
+        validate(compose_config(["bench=tts", "sink.references=[]"], tmp_path))
+
+
+def test_roundtrip_sink_scores_real_speech_with_whisper(espeak, tmp_path):
+    """espeak-ng speech for turn 0 (heard right), nothing for turn 1 (all words missed), turn 2 unreferenced."""
+    said = "Please open the window in the kitchen."
+    speech, rate = audio.read_audio(espeak(said, tmp_path / "said.wav"), 22050), 22050
+    sink = RoundTripSink(references=[said, "This turn produced no audio."], save_dir=str(tmp_path / "out"))
+    sink.setup()
+    try:
+        blocks = list(audio.chunks(speech, 4096))  # streamed blocks, as a TTS delivers them
+        for block in blocks:
+            assert list(sink.process(ReplyAudio(block, rate, 0))) == []
+        list(sink.process(ReplyAudio(speech[:rate], rate, 2)))
+        metrics = list(sink.flush())
+    finally:
+        sink.close()
+    assert [(m.turn, m.name) for m in metrics] == [(0, "wer"), (1, "wer")]
+    assert all(isinstance(m, Metric) for m in metrics)
+    assert metrics[0].value <= 0.15, metrics[0].extra  # tiny.en hears espeak's sentence (at most one slip)
+    assert metrics[1].value == 1.0 and metrics[1].extra["heard"] == ""
+    records = [json.loads(line) for line in (tmp_path / "out" / "roundtrip.jsonl").read_text().splitlines()]
+    assert [r["turn"] for r in records] == [0, 1, 2]
+    assert records[0]["reference"] == said and records[0]["wer"] == round(metrics[0].value, 4)
+    assert records[2]["reference"] is None and records[2]["wer"] is None  # heard, not scored
+    collected = np.concatenate(blocks)
+    assert records[0]["audio_s"] == pytest.approx(len(collected) / rate, abs=1e-3)
+    saved = audio.read_audio(tmp_path / "out" / "turn_0.wav", rate)
+    np.testing.assert_allclose(saved, collected, atol=1e-4)  # the turn's blocks, joined in order
+
+
+def test_tts_benchmark_sweep_reports_wer(tmp_path):
+    """python run.py -m bench=tts over two voices: per-job WER, time to first audio, RTF and a WER column."""
+    sweep = tmp_path / "sweep"
+    result = run_cli("-m", "bench=tts", "tts=kokoro_onnx", "tts.voice=jf_alpha,jm_kumo",
+                     "source.sentences=[The quick brown fox jumps over the lazy dog.]",
+                     f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for job in ("0", "1"):
+        metrics = json.loads((sweep / job / "metrics.json").read_text())
+        assert metrics["status"] == "completed"
+        turn = metrics["turns"][0]
+        assert turn["assistant"] == "The quick brown fox jumps over the lazy dog."
+        assert turn["reported"]["wer"] <= 0.5, (sweep / job / "roundtrip.jsonl").read_text()
+        assert metrics["summary"]["median"]["wer"] == turn["reported"]["wer"]
+        assert turn["timings"]["tts_first_audio_s"] > 0 and turn["timings"]["tts_rtf"] > 0
+        assert (sweep / job / "turn_0.wav").exists()
+    rows = list(csv.DictReader((sweep / "summary.csv").open()))
+    assert [row["label"] for row in rows] == ["tts.voice=jf_alpha", "tts.voice=jm_kumo"]
+    assert all(float(row["wer"]) <= 0.5 and float(row["tts_first_audio_s"]) > 0 for row in rows)
+    table = (sweep / "summary.md").read_text()
+    assert "| WER |" in table and "TTS first audio (s)" in table
+    assert "voice-to-voice" not in table  # no STT in a TTS benchmark: the empty columns are left out
+
+
+def test_runner_benchmark_prints_sane_figures():
+    figures = bench_runner(messages=200, stages=4, interval_s=0.0005)
+    assert 0 < figures.hop_p50_s <= figures.hop_p99_s < 1.0
+    assert figures.hop_p50_s <= figures.end_to_end_p50_s  # three hops take longer than one
+    assert figures.throughput_per_s > 100
+    result = subprocess.run([sys.executable, "-m", "s2s.bench", "runner", "--messages", "100", "--stages", "3"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    hop = re.search(r"per-hop latency\s+p50 (\d+) us\s+p99 (\d+) us", result.stdout)
+    throughput = re.search(r"throughput\s+([\d,]+) messages/s", result.stdout)
+    assert hop and throughput, result.stdout
+    assert 0 < int(hop[1]) <= int(hop[2]) and int(throughput[1].replace(",", "")) > 0
