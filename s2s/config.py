@@ -201,6 +201,22 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
             except ConfigError as error:
                 errors.append(error)
         specs.append(StageSpec(group, target, cls, kwargs))
+    if not errors:  # with a stage missing, its neighbours would be compared with the wrong stage
+        errors = _check_neighbours(specs)
     if errors:
         raise ConfigErrors(errors)
     return specs
+
+
+def _check_neighbours(specs: list[StageSpec]) -> list[ConfigError]:
+    """Each stage must consume what the one before it emits (e.g. source=sentences needs bench=tts's pipeline)."""
+    errors = []
+    for before, after in zip(specs, specs[1:]):
+        if before.cls.emits and after.cls.accepts and not any(
+                issubclass(kind, after.cls.accepts) for kind in before.cls.emits):
+            emits = ", ".join(kind.__name__ for kind in before.cls.emits)
+            accepts = ", ".join(kind.__name__ for kind in after.cls.accepts)
+            errors.append(ConfigError("pipeline", "[" + ", ".join(spec.group for spec in specs) + "]",
+                                      f"neighbours that fit: {before.group} ({before.target}) emits {emits} but "
+                                      f"{after.group} ({after.target}) accepts {accepts}"))
+    return errors

@@ -200,6 +200,9 @@ class Graph:
                 continue
             if self._stale(message):
                 continue
+            if stage.accepts and not isinstance(message, stage.accepts):
+                raise TypeError(f"{type(stage).__name__} accepts {', '.join(k.__name__ for k in stage.accepts)}, "
+                                f"not {type(message).__name__}: check the pipeline order")
             self.observer.on_input(name, message, time.perf_counter())
             self._drain(index, stage.process(message), message)
             self.observer.on_done(name, message, time.perf_counter())

@@ -97,6 +97,19 @@ def peak_memory_mb() -> float | None:
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
+def reset_peak_memory() -> bool:
+    """Restart the process's peak-RSS count (Linux >= 4.0), so a reused process reports this job's peak.
+
+    Returns False where the system cannot (macOS, Windows, a kernel that forbids it): the peak stays process-wide.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as file:  # "5" resets the high-water mark only
+            file.write("5")
+        return True
+    except OSError:  # other systems, or a kernel that forbids it: the peak stays process-wide
+        return False
+
+
 def machine_info() -> dict[str, object]:
     """What a metrics file says about the machine it was measured on."""
     host = detect()

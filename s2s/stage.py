@@ -38,11 +38,13 @@ def require(module: str, *, backend: str, extra: str) -> Any:
 class Stage:
     """Base class of every pipeline stage.
 
-    Subclasses set ``accepts`` to the data message types they consume; ``validate_config`` may add
+    Subclasses set ``accepts`` and ``emits`` to the data message types they consume and produce, so a pipeline
+    whose neighbours do not fit is refused before anything loads; ``validate_config`` may add
     cross-field and platform rules that are checked before anything loads.
     """
 
-    accepts: ClassVar[tuple[type[Data], ...]] = ()
+    accepts: ClassVar[tuple[type[Data], ...]] = ()  # data types ``process`` consumes
+    emits: ClassVar[tuple[type[Data], ...]] = ()  # data types it yields; checked against the next stage's accepts
 
     def setup(self) -> None:
         """Load models and open devices. Called once, before the first message."""

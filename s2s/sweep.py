@@ -18,22 +18,14 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from s2s.platform import reset_peak_memory
+
 log = logging.getLogger("s2s.sweep")
 
 # thread-pool sizes of OpenMP/BLAS libraries; joblib's loky workers get cores // n_jobs, Ray workers num_cpus
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
                "NUMEXPR_NUM_THREADS")
 _jobs_in_process = 0  # launchers reuse worker processes: how many jobs this one ran before
-
-
-def reset_peak_memory() -> bool:
-    """Restart the process's peak-RSS count (Linux >= 4.0), so a reused process reports this job's peak."""
-    try:
-        with open("/proc/self/clear_refs", "w") as file:  # "5" resets the high-water mark only
-            file.write("5")
-        return True
-    except OSError:  # other systems, or a kernel that forbids it: the peak stays process-wide
-        return False
 
 
 def limit_threads() -> int | None:

@@ -31,6 +31,10 @@ EXPECTED_FAILURES: dict[tuple[str, str, str], str] = {
 }
 
 
+# Options that only fit another pipeline compose with what selects it.
+CONTEXT: dict[tuple[str, str], list[str]] = {("source", "sentences"): ["bench=tts"]}
+
+
 def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml") if not p.name.startswith("_"))
 
@@ -42,11 +46,13 @@ def test_platform_configs_match_detection():
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("group,option", [(g, o) for g in STAGE_GROUPS for o in options(g)])
 def test_every_option_composes_and_binds(group, option, platform, tmp_path):
-    cfg = compose_config([f"{group}={option}", f"platform={platform}"], tmp_path)
+    cfg = compose_config([f"{group}={option}", f"platform={platform}", *CONTEXT.get((group, option), [])], tmp_path)
     expected = EXPECTED_FAILURES.get((group, option, platform))
     if expected is None:
         specs = validate(cfg)
         assert [spec.group for spec in specs] == list(cfg.pipeline)
+        if group not in cfg.pipeline:
+            return
         spec = next(spec for spec in specs if spec.group == group)
         assert spec.target == cfg[group]["_target_"]
         if "device" in spec.kwargs:
@@ -112,6 +118,14 @@ def test_source_file_problems(tmp_path):
                            (text, "not a readable audio file")]:
         [message] = errors_of([f"source.path={path}"], tmp_path)
         assert message.startswith(f"source.path={path}") and fragment in message
+
+
+def test_pipeline_neighbours_must_fit(tmp_path):
+    [message] = errors_of(["source=sentences"], tmp_path)
+    assert message.startswith("pipeline=[source, vad, stt, llm, tts, sink]")
+    assert "source (s2s.io.sentences.SentenceSource) emits ReplyText" in message and "accepts AudioChunk" in message
+    [message] = errors_of(["pipeline=[source,vad,tts,sink]"], tmp_path)
+    assert "vad (s2s.vad.silero.SileroVAD) emits SpeechSegment" in message and "accepts ReplyText" in message
 
 
 def test_vad_cross_field_rules(tmp_path):

@@ -26,6 +26,8 @@ class FileSource(Source):
         trailing_silence_ms: silence appended so the VAD sees the last utterance end.
     """
 
+    emits = (AudioChunk,)
+
     def __init__(self, path: Annotated[str, MUST_EXIST], sample_rate: int = 16000, chunk_ms: int = 32,
                  realtime: bool = False, trailing_silence_ms: int = 1000) -> None:
         self.path = Path(path).expanduser()

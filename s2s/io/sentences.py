@@ -17,6 +17,8 @@ class SentenceSource(Source):
         language: language code passed to the TTS with each sentence (null: the TTS's own default).
     """
 
+    emits = (ReplyText,)
+
     def __init__(self, sentences: list[str], language: str | None = "en") -> None:
         self.sentences = [str(sentence) for sentence in sentences]
         self.language = language

@@ -54,6 +54,7 @@ class MicSource(Source):
     """
 
     live = True
+    emits = (AudioChunk,)
 
     def __init__(self, sample_rate: int = 16000, chunk_ms: int = 32,
                  audio_device: int | str | None = None) -> None:

@@ -16,6 +16,7 @@ class LLMStage:
     """
 
     accepts = (Transcript,)
+    emits = (ReplyText,)
     system_prompt: str | None
     history_turns: int
 

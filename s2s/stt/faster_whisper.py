@@ -43,6 +43,7 @@ class FasterWhisperSTT(Stage):
     """
 
     accepts = (SpeechSegment,)
+    emits = (Transcript,)
 
     def __init__(self, model: str = "tiny.en", device: str = "auto",
                  compute_type: Literal["default", "int8", "int8_float16", "float16", "float32"] = "default",

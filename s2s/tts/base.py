@@ -18,6 +18,7 @@ class TTSStage(Stage):
     """
 
     accepts = (ReplyText,)
+    emits = (ReplyAudio,)
     sample_rate: int = 24000
 
     def synthesize(self, text: str, language: str | None) -> Iterator[Any]:

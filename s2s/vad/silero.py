@@ -29,6 +29,7 @@ class SileroVAD(Stage):
     """
 
     accepts = (AudioChunk,)
+    emits = (SpeechSegment,)
 
     def __init__(self, threshold: float = 0.5, min_silence_ms: int = 600, min_speech_ms: int = 250,
                  speech_pad_ms: int = 100, max_speech_ms: int | None = None, onnx: bool = False) -> None:
