@@ -60,6 +60,15 @@ def load_target(target: Any, key: str) -> type[Stage]:
     return cls
 
 
+def device_unavailable(device: str, platform: str, accelerator: str) -> str | None:
+    """Why ``device`` cannot work on the target platform, or None (auto and cpu always can)."""
+    if device.startswith("cuda") and accelerator != "cuda":
+        return f"auto or cpu: platform {platform} has no CUDA (a machine with an NVIDIA GPU is {platform}_cuda)"
+    if device == "mps" and accelerator != "mps":
+        return f"auto or cpu: MPS exists only on Apple silicon (platform macos), not on {platform}"
+    return None
+
+
 def _describe(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
@@ -132,6 +141,8 @@ def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationCo
         if key == "device":
             if not (isinstance(value, str) and valid_device(value)):
                 errors.append(context.error(key, value, f"one of {', '.join(DEVICES)} (or cuda:N)"))
+            elif problem := device_unavailable(value, context.platform, context.accelerator):
+                errors.append(context.error(key, value, problem))
             continue
         if not _matches(value, annotation):
             errors.append(context.error(key, value, _describe(annotation)))
@@ -167,8 +178,11 @@ def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
 def validate(cfg: DictConfig) -> list[StageSpec]:
     """Check the whole composed config; return the stage specs in pipeline order or raise ``ConfigErrors``."""
     errors: list[ConfigError] = []
-    if not isinstance(cfg.get("device"), str) or not valid_device(cfg.device):
-        errors.append(ConfigError("device", cfg.get("device"), f"one of {', '.join(DEVICES)} (or cuda:N)"))
+    device = cfg.get("device")
+    if not isinstance(device, str) or not valid_device(device):
+        errors.append(ConfigError("device", device, f"one of {', '.join(DEVICES)} (or cuda:N)"))
+    elif problem := device_unavailable(device, str(cfg.host.name), str(cfg.host.accelerator)):
+        errors.append(ConfigError("device", device, problem))
     for key, annotation in TOP_LEVEL.items():
         value = OmegaConf.select(cfg, key)
         if not _matches(value, annotation):
@@ -201,6 +215,8 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
             except ConfigError as error:
                 errors.append(error)
         specs.append(StageSpec(group, target, cls, kwargs))
+    if errors and errors[0].key == "device":  # stages that take the top-level device repeat its error: say it once
+        errors = [errors[0]] + [e for e in errors[1:] if not (e.key.endswith(".device") and e.value == device)]
     if not errors:  # with a stage missing, its neighbours would be compared with the wrong stage
         errors = _check_neighbours(specs)
     if errors:

