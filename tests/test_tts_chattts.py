@@ -10,6 +10,7 @@ from s2s.config import validate
 from s2s.config_errors import ConfigError, ConfigErrors
 from s2s.messages import ReplyAudio, ReplyText
 from s2s.tts.chattts import ChatTTSTTS
+from spies import spy
 from tests.conftest import compose_config
 from tests.fixtures import chattts as tiny
 
@@ -35,19 +36,6 @@ def make_stage(model_dir, **options) -> ChatTTSTTS:
     return ChatTTSTTS(**settings)
 
 
-def spy(monkeypatch, owner, name):
-    """Wrap ``owner.name`` so every call is recorded and then runs the real code."""
-    real = getattr(owner, name)
-    calls = []
-
-    def wrapper(*args, **kwargs):
-        calls.append((args, kwargs))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, wrapper)
-    return calls
-
-
 def test_streams_several_finite_blocks_at_24khz_with_the_configured_sampling(chattts_dir, chattts, monkeypatch):
     infer_calls = spy(monkeypatch, chattts.Chat, "infer")
     stage = make_stage(chattts_dir, temperature=0.5, top_p=0.8, top_k=10)
@@ -61,7 +49,8 @@ def test_streams_several_finite_blocks_at_24khz_with_the_configured_sampling(cha
     assert {message.sample_rate for message in out} == {24000} and {message.turn for message in out} == {3}
     samples = np.concatenate([message.samples for message in out])
     assert samples.dtype == np.float32 and np.isfinite(samples).all() and np.abs(samples).max() > 0
-    (_, text, *_), kwargs = infer_calls[0]
+    _, text, *_ = infer_calls[0].args
+    kwargs = infer_calls[0].kwargs
     params = kwargs["params_infer_code"]
     assert text == "hello world, this is a test."
     assert kwargs["stream"] is True and kwargs["split_text"] is False and kwargs["skip_refine_text"] is True
@@ -99,7 +88,7 @@ def test_device_and_model_folder_reach_chattts(chattts_dir, chattts, monkeypatch
     load_calls = spy(monkeypatch, chattts.Chat, "load")
     stage = make_stage(chattts_dir)
     stage.setup()
-    _, kwargs = load_calls[0]
+    kwargs = load_calls[0].kwargs
     assert kwargs["device"] == torch.device("cpu") and kwargs["source"] == "custom"
     assert kwargs["custom_path"] == str(chattts_dir) and kwargs["compile"] is False
     chat = stage._chat

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.util
-import inspect
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.messages import ReplyAudio, ReplyText
 from s2s.tts.kokoro import KokoroTTS
+from spies import spy
 from tests.conftest import compose_config
 from tests.fixtures import kokoro as tiny
 
@@ -32,27 +32,6 @@ def kokoro():
 @pytest.fixture(scope="session")
 def torch_model(tmp_path_factory, kokoro):
     return tiny.build_torch(tmp_path_factory.mktemp("kokoro") / "Kokoro-82M")
-
-
-def spy(monkeypatch, owner, name):
-    """Wrap ``owner.name`` (a static or class method too) so calls are recorded, then run the real code."""
-    real = inspect.getattr_static(owner, name)
-    calls = []
-    if isinstance(real, (staticmethod, classmethod)):
-        function = real.__func__
-
-        def wrapper(*args, **kwargs):
-            calls.append((args[1:] if isinstance(real, classmethod) else args, kwargs))
-            return function(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, type(real)(wrapper))
-    else:
-        def wrapper(*args, **kwargs):
-            calls.append((args, kwargs))
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, wrapper)
-    return calls
 
 
 def voice_pack(folder, name):
@@ -82,17 +61,18 @@ def test_torch_streams_and_follows_the_turn_language(torch_stage, torch_model, k
     infer = spy(monkeypatch, kokoro.KPipeline, "infer")  # (model, phonemes, voice pack, speed) per segment
     chunks = synthesize(torch_stage, "Hello world.\nHello world.", "en")
     assert len(chunks) == 2 and len(infer) == 2  # one streamed block per segment
-    (model, phonemes, pack, speed), _ = infer[0]
+    model, phonemes, pack, speed = infer[0].args
     assert phonemes == ENGLISH_PHONEMES and speed == 1.25
     assert pack.equal(voice_pack(torch_model, "af_heart"))  # the name resolved to the model folder's voices/
 
     synthesize(torch_stage, "Hola, ¿cómo estás?", "es", turn=1)
-    (_, phonemes, pack, _), _ = infer[2]
+    _, phonemes, pack, _ = infer[2].args
     assert phonemes == SPANISH_PHONEMES and pack.equal(voice_pack(torch_model, "ef_dora"))
 
     synthesize(torch_stage, "Hello world.", "de", turn=2)  # no German voices: the configured pair speaks it
     synthesize(torch_stage, "Hello world.", None, turn=3)
-    for (_, phonemes, pack, _), _ in infer[3:]:
+    for call in infer[3:]:
+        _, phonemes, pack, _ = call.args
         assert phonemes == ENGLISH_PHONEMES and pack.equal(voice_pack(torch_model, "af_heart"))
 
 
@@ -102,7 +82,7 @@ def test_language_without_its_g2p_falls_back_to_the_configured_one(torch_stage, 
     infer = spy(monkeypatch, kokoro.KPipeline, "infer")
     synthesize(torch_stage, "Hello world.", "ja")
     assert "pip install 'misaki[ja]'" in caplog.text
-    (_, phonemes, _, _), _ = infer[0]
+    _, phonemes, _, _ = infer[0].args
     assert phonemes == ENGLISH_PHONEMES
 
 
@@ -112,7 +92,7 @@ def test_torch_explicit_voice_file_stays_for_its_language(torch_model, kokoro, m
     stage = KokoroTTS(voice=str(voice), lang_code="b", model=str(torch_model))
     stage.setup()
     synthesize(stage, "Hello world.", "en")  # British is English too: the configured voice stays
-    (_, phonemes, pack, speed), _ = infer[0]
+    _, phonemes, pack, speed = infer[0].args
     assert phonemes == BRITISH_PHONEMES and speed == 1.0
     assert pack.equal(voice_pack(torch_model, "bf_custom"))
 
@@ -142,11 +122,11 @@ def test_mlx_backend_streams_through_mlx_audio(mlx_model, monkeypatch):
     assert stage.describe()["model"] == str(mlx_model)
     chunks = synthesize(stage, "Hi.\nHi.", "en")
     assert len(chunks) == 2 and len(infer) == 2
-    (_, phonemes, pack, speed), _ = infer[0]
+    _, phonemes, pack, speed = infer[0].args
     assert phonemes == "hˈI." and speed == 0.8
     assert mx.array_equal(pack, mx.load(str(mlx_model / "voices" / "af_heart.safetensors"))["voice"])
     synthesize(stage, "Hola.", "es", turn=1)
-    (_, phonemes, pack, _), _ = infer[2]
+    _, phonemes, pack, _ = infer[2].args
     assert phonemes == "ˈola." and mx.array_equal(
         pack, mx.load(str(mlx_model / "voices" / "ef_dora.safetensors"))["voice"])
     stage.close()

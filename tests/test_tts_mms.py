@@ -1,7 +1,6 @@
 """tts=mms on tiny random-weight VITS models loaded through transformers' VitsModel.from_pretrained."""
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 
@@ -12,6 +11,7 @@ from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.messages import ReplyAudio, ReplyText
 from s2s.tts.mms import LANGUAGES, MmsTTS, split_for_speech
+from spies import spy
 from tests.conftest import compose_config
 from tests.fixtures import mms as tiny
 
@@ -33,27 +33,6 @@ def transformers():
     import transformers
 
     return transformers
-
-
-def spy(monkeypatch, owner, name):
-    """Wrap ``owner.name`` so every call is recorded and then runs the real code."""
-    real = inspect.getattr_static(owner, name)  # may be inherited
-    calls = []
-    if isinstance(real, classmethod):
-        function = real.__func__
-
-        def wrapper(cls, *args, **kwargs):
-            calls.append((args, kwargs))
-            return function(cls, *args, **kwargs)
-
-        monkeypatch.setattr(owner, name, classmethod(wrapper))
-    else:
-        def wrapper(*args, **kwargs):
-            calls.append((args, kwargs))
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, wrapper)
-    return calls
 
 
 def make_stage(voices, **options) -> MmsTTS:
@@ -78,7 +57,7 @@ def test_a_turn_in_another_language_loads_its_model_once(voices, transformers, m
     loads = spy(monkeypatch, transformers.VitsModel, "from_pretrained")
     stage = make_stage(voices)
     stage.setup()
-    assert [args[0] for args, _ in loads] == [str(voices["en"])]
+    assert [call.args[0] for call in loads] == [str(voices["en"])]
 
     french = list(stage.process(ReplyText("bonjour le monde.", turn=0, language="fr")))
     assert french and {message.sample_rate for message in french} == {FR_RATE}
@@ -87,7 +66,7 @@ def test_a_turn_in_another_language_loads_its_model_once(voices, transformers, m
     assert {message.sample_rate for message in english} == {EN_RATE}
     unset = list(stage.process(ReplyText("no language given.", turn=3, language=None)))
     assert {message.sample_rate for message in unset} == {EN_RATE}
-    assert [args[0] for args, _ in loads] == [str(voices["en"]), str(voices["fr"])]  # cached per model
+    assert [call.args[0] for call in loads] == [str(voices["en"]), str(voices["fr"])]  # cached per model
 
 
 def test_a_language_without_a_model_falls_back_with_one_warning(voices, transformers, caplog):

@@ -1,7 +1,6 @@
 """tts=pocket on a tiny random-weight pocket-tts model loaded from a local YAML config, cloning a reference clip."""
 from __future__ import annotations
 
-import inspect
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.messages import ReplyAudio, ReplyText
 from s2s.tts.pocket import PRESET_VOICES, PocketTTS
+from spies import spy
 from tests.conftest import compose_config
 from tests.fixtures import pocket as tiny
 
@@ -31,19 +31,6 @@ def pocket_tts():
 def model_files(tmp_path_factory, pocket_tts):
     root = tmp_path_factory.mktemp("pocket")
     return {"config": tiny.build(root / "model"), "voice": tiny.reference_audio(root / "me.wav")}
-
-
-def spy(monkeypatch, owner, name):
-    """Wrap ``owner.name`` so every call is recorded (self included) and then runs the real code."""
-    real = inspect.getattr_static(owner, name)
-    calls = []
-
-    def wrapper(*args, **kwargs):
-        calls.append((args, kwargs))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, wrapper)
-    return calls
 
 
 @pytest.fixture
@@ -74,7 +61,8 @@ def count_steps(stage, delay_s: float = 0.0) -> list[int]:
 
 
 def test_streams_incrementally_from_the_cloned_voice(stage, model_files, pocket_tts, monkeypatch):
-    (prompt_args, _), = stage.prompts
+    prompt, = stage.prompts
+    prompt_args = prompt.args
     assert prompt_args[1] == Path(model_files["voice"])  # cloning path: the reference file reaches pocket-tts
     streams = spy(monkeypatch, pocket_tts.TTSModel, "generate_audio_stream")
     steps = count_steps(stage, delay_s=0.005)
@@ -82,7 +70,8 @@ def test_streams_incrementally_from_the_cloned_voice(stage, model_files, pocket_
     for message in stage.process(ReplyText("Hello world.", turn=3)):
         chunks.append(message)
         steps_at_chunk.append(steps[0])
-    (args, kwargs), = streams
+    stream, = streams
+    args, kwargs = stream.args, stream.kwargs
     assert args[2] == "Hello world." and kwargs["max_tokens"] == 12
     assert len(chunks) >= 3
     assert steps_at_chunk[0] < steps[0]  # the first block came out before generation finished
@@ -98,7 +87,8 @@ def test_closing_the_stream_stops_generation(stage, pocket_tts, monkeypatch):
     reply = stage.process(ReplyText("Hello world. How are you today?", turn=1))
     next(reply)
     reply.close()
-    (_, kwargs), = streams
+    stream, = streams
+    kwargs = stream.kwargs
     assert kwargs["stop"].is_set()
     time.sleep(0.3)
     stopped_at = steps[0]

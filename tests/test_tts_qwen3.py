@@ -19,6 +19,7 @@ from s2s.config_errors import ConfigError, ConfigErrors
 from s2s.messages import ReplyText
 from s2s.stage import MissingExtraError
 from s2s.tts.qwen3 import Qwen3TTS, language_name
+from spies import spy
 from tests.conftest import compose_config, run_cli
 from tests.fixtures import qwen3 as fixtures
 
@@ -52,25 +53,11 @@ def speak(stage, text="Hello world.", language=None, keep=None):
     return blocks
 
 
-def spy(monkeypatch, owner, name):
-    """Wrap a library entry point: record the call and its result (a library generator is returned as is)."""
-    calls = []
-    original = getattr(owner, name)
-
-    def wrapper(*args, **kwargs):
-        result = original(*args, **kwargs)
-        calls.append({"args": args, "kwargs": kwargs, "result": result})
-        return result
-
-    monkeypatch.setattr(owner, name, wrapper)
-    return calls
-
-
 def assert_closed_mid_stream(stage, calls):
     """Closing our stream after its first block must close the library's generator while it still had work."""
     blocks = stage.process(ReplyText("Hello world. The quick brown fox jumps over the lazy dog.", 0, None))
     next(blocks)
-    library_stream = calls[-1]["result"]
+    library_stream = calls[-1].result
     assert inspect.getgeneratorstate(library_stream) == inspect.GEN_SUSPENDED
     blocks.close()
     assert inspect.getgeneratorstate(library_stream) == inspect.GEN_CLOSED
@@ -229,13 +216,13 @@ def test_ggml_custom_voice_streams_with_quantization_and_turn_language(tmp_path,
     stage = tts_spec(tmp_path, "tts=qwen3", "tts.quantization=Q8_0", "tts.speaker=Ryan", "tts.instruct=calm",
                      "tts.streaming_chunk_size=2", "tts.max_new_tokens=8", f"tts.ref_cache_dir={tmp_path}").build()
     stage.setup()
-    assert loads[0]["args"] == (CV_MODEL,) and loads[0]["kwargs"] == {
+    assert loads[0].args == (CV_MODEL,) and loads[0].kwargs == {
         "backend": "ggml", "quant": "Q8_0", "qwentts_ref_cache_dir": str(tmp_path)}
     assert native_ggml.calls[0] == ("from_pretrained", {"model_id": CV_MODEL, "quant": "Q8_0"})
     blocks = speak(stage, language="de")  # auto: the STT's language of the turn
     assert [len(block.samples) for block in blocks] == [4 * 1920, 2 * 1920, 2 * 1920]  # 4 first, then 2 per block
-    assert streams[0]["kwargs"] == {"text": "Hello world.", "language": "German", "max_new_tokens": 8,
-                                    "chunk_size": 2, "speaker": "Ryan", "instruct": "calm"}
+    assert streams[0].kwargs == {"text": "Hello world.", "language": "German", "max_new_tokens": 8,
+                                 "chunk_size": 2, "speaker": "Ryan", "instruct": "calm"}
     name, request = native_ggml.calls[-1]
     assert (name, request["lang"], request["speaker"], request["codec_chunk_sec"]) == ("stream", "German", "Ryan", 0.16)
     assert_closed_mid_stream(stage, streams)
@@ -315,8 +302,8 @@ def test_torch_custom_voice_streams(tmp_path, monkeypatch, tiny, eager_torch):
                               "backend": "torch", "attn_implementation": "eager", "max_seq_len": 2048}
     blocks = speak(stage)
     assert len(blocks) >= 2
-    assert streams[0]["kwargs"] == {"text": "Hello world.", "language": "English", "max_new_tokens": 6,
-                                    "chunk_size": 2, "speaker": "ryan", "instruct": "Speak slowly."}
+    assert streams[0].kwargs == {"text": "Hello world.", "language": "English", "max_new_tokens": 6,
+                                 "chunk_size": 2, "speaker": "ryan", "instruct": "Speak slowly."}
     assert_closed_mid_stream(stage, streams)
 
 
@@ -331,7 +318,7 @@ def test_torch_voice_design_and_clone(tmp_path, monkeypatch, tiny, reference_wav
     stage.setup()
     assert eager_torch[-1]["dtype"] == (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
     speak(stage)
-    assert design[0]["kwargs"]["instruct"] == "A cheerful voice." and design[0]["kwargs"]["language"] == "Auto"
+    assert design[0].kwargs["instruct"] == "A cheerful voice." and design[0].kwargs["language"] == "Auto"
 
     clone = spy(monkeypatch, FasterQwen3TTS, "generate_voice_clone_streaming")
     for extra in (["tts.ref_text=This is a test."], ["tts.xvec_only=true"]):
@@ -339,7 +326,7 @@ def test_torch_voice_design_and_clone(tmp_path, monkeypatch, tiny, reference_wav
                          platform="linux_cuda").build()
         stage.setup()
         speak(stage)
-    assert [(c["kwargs"]["ref_audio"], c["kwargs"]["ref_text"], c["kwargs"]["xvec_only"]) for c in clone] == [
+    assert [(c.kwargs["ref_audio"], c.kwargs["ref_text"], c.kwargs["xvec_only"]) for c in clone] == [
         (str(reference_wav), "This is a test.", False), (str(reference_wav), "", True)]
 
 
@@ -374,11 +361,11 @@ def test_mlx_custom_voice_streams(tmp_path, monkeypatch, tiny, mlx_model_class):
     stage = tts_spec(tmp_path, "tts=qwen3_mlx", f"tts.model={tiny['custom_voice']}", "tts.speaker=Vivian",
                      "tts.instruct=Very happy.", "tts.streaming_chunk_size=2", "tts.max_new_tokens=6").build()
     stage.setup()
-    assert loads[0]["args"] == (str(tiny["custom_voice"]),)  # a local folder passes through unmapped
+    assert loads[0].args == (str(tiny["custom_voice"]),)  # a local folder passes through unmapped
     mx.random.seed(0)
     blocks = speak(stage, language="zh")
     assert len(blocks) >= 2 and len(blocks[0].samples) == 2 * 480  # 2 codec steps of the tiny 480-sample vocoder
-    assert streams[0]["args"][1:] == ("Hello world.", "Vivian") and streams[0]["kwargs"] == {
+    assert streams[0].args[1:] == ("Hello world.", "Vivian") and streams[0].kwargs == {
         "language": "Chinese", "instruct": "Very happy.", "max_tokens": 6, "stream": True,
         "streaming_interval": 0.2}
     assert_closed_mid_stream(stage, streams)
@@ -390,7 +377,7 @@ def test_mlx_voice_design_and_clone(tmp_path, monkeypatch, tiny, reference_wav, 
     stage = tts_spec(tmp_path, *common, f"tts.model={tiny['voice_design']}", "tts.instruct=A calm voice.").build()
     stage.setup()
     speak(stage)
-    assert design[0]["args"][1:] == ("Hello world.", "A calm voice.") and design[0]["kwargs"]["language"] == "Auto"
+    assert design[0].args[1:] == ("Hello world.", "A calm voice.") and design[0].kwargs["language"] == "Auto"
 
     clone = spy(monkeypatch, mlx_model_class, "generate")
     for extra in (["tts.ref_text=This is a test."], ["tts.xvec_only=true"]):
@@ -398,7 +385,7 @@ def test_mlx_voice_design_and_clone(tmp_path, monkeypatch, tiny, reference_wav, 
                          *extra).build()
         stage.setup()
         speak(stage)
-    assert [(c["kwargs"]["ref_audio"], c["kwargs"]["ref_text"]) for c in clone] == [
+    assert [(c.kwargs["ref_audio"], c.kwargs["ref_text"]) for c in clone] == [
         (str(reference_wav), "This is a test."), (str(reference_wav), None)]
 
 
@@ -426,8 +413,8 @@ def test_mlx_quantizations_reach_mlx_community_ids(tmp_path, monkeypatch, mlx_hu
                      "tts.streaming_chunk_size=2", "tts.max_new_tokens=2").build()
     stage.setup()
     expected = f"mlx-community/Qwen3-TTS-12Hz-1.7B-CustomVoice-{quantization or '6bit'}"
-    assert loads[0]["args"] == (expected,) and stage.describe()["model"] == expected
-    model = loads[0]["result"]
+    assert loads[0].args == (expected,) and stage.describe()["model"] == expected
+    model = loads[0].result
     quantized = [m for _, m in model.named_modules() if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding))]
     if quantization == "bf16":
         assert not quantized
