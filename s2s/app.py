@@ -68,12 +68,17 @@ def main(cfg: DictConfig) -> int:
         print(describe_graph(cfg, specs))
         return 0
 
-    recorder = Recorder(cfg.output_dir, run_info={"stages": {spec.group: spec.target for spec in specs}})
-    recorder.last_stage = specs[-1].group
+    recorder = Recorder(cfg.output_dir, last_stage=specs[-1].group,
+                        run_info={"stages": {spec.group: spec.target for spec in specs}})
     stages = []
     for spec in specs:
         log.info("building %s: %s", spec.group, spec.target)
-        stages.append((spec.group, spec.build()))
+        try:
+            stages.append((spec.group, spec.build()))
+        except Exception as error:  # constructors only store values; a failure here is a bug worth its traceback
+            _fail(cfg, recorder, f"stage '{spec.group}' could not be built: {type(error).__name__}: {error}",
+                  traceback.format_exc())
+            return 1
     graph = Graph(stages, recorder, barge_in=cfg.runner.barge_in, half_duplex=cfg.runner.half_duplex,
                   stop_timeout_s=cfg.runner.stop_timeout_s)
     with sigterm_as_interrupt():

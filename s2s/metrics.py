@@ -79,8 +79,9 @@ class Recorder:
     (atomically) after each turn and at the end, so both stay valid if the run stops half-way.
     """
 
-    def __init__(self, output_dir: str | Path, run_info: dict[str, Any] | None = None) -> None:
+    def __init__(self, output_dir: str | Path, last_stage: str = "sink", run_info: dict[str, Any] | None = None) -> None:
         self.output_dir = Path(output_dir)
+        self.last_stage = last_stage  # a turn is finished when its TurnEnd leaves this stage
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.transcript_path = self.output_dir / "transcript.jsonl"
         self.metrics_path = self.output_dir / "metrics.json"
@@ -139,6 +140,9 @@ class Recorder:
             elif isinstance(message, TurnEnd) and stage == self.last_stage:
                 finished = self._turn(message.turn)
                 finished.complete = True
+                if not (finished.user or finished.assistant):  # e.g. a noise the STT found no words in
+                    del self.turns[message.turn]
+                    finished = None
         if finished:
             self._finish(finished)
 
@@ -147,8 +151,6 @@ class Recorder:
             self._turn(metric.turn).reported[metric.name] = metric.value
 
     # --- output -------------------------------------------------------------------------------------
-    last_stage: str = "sink"
-
     def _finish(self, turn: Turn) -> None:
         record = turn.record()
         with self.transcript_path.open("a", encoding="utf-8") as file:

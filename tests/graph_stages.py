@@ -28,6 +28,8 @@ class CountingSource(Source):
 class Segmenter(Stage):
     """Every chunk is an utterance; buffers the last one until flush to prove flush is called."""
 
+    accepts = (AudioChunk,)
+
     def __init__(self, hold_last: bool = False, announce: bool = False) -> None:
         self.hold_last, self.announce = hold_last, announce
         self.turn, self.held = 0, None
@@ -52,19 +54,26 @@ class Segmenter(Stage):
 
 
 class Recognizer(Stage):
-    def __init__(self, fail_on_turn: int | None = None, slow_s: float = 0.0) -> None:
-        self.fail_on_turn, self.slow_s = fail_on_turn, slow_s
+    accepts = (SpeechSegment,)
+
+    def __init__(self, fail_on_turn: int | None = None, slow_s: float = 0.0, wordless_turns: tuple = ()) -> None:
+        self.fail_on_turn, self.slow_s, self.wordless_turns = fail_on_turn, slow_s, wordless_turns
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, SpeechSegment)
         if message.turn == self.fail_on_turn:
             raise RuntimeError(f"cannot recognise turn {message.turn}")
+        if message.turn in self.wordless_turns:  # as the real STT does for noise: the turn ends with no reply
+            yield TurnEnd(message.turn)
+            return
         time.sleep(self.slow_s)
         yield Transcript(f"turn {message.turn}", message.turn, "en")
 
 
 class Talker(Stage):
     """Streams ``words`` sentences per turn with a pause between them (to observe streaming)."""
+
+    accepts = (Transcript,)
 
     def __init__(self, words: int = 3, pause_s: float = 0.0) -> None:
         self.words, self.pause_s = words, pause_s
@@ -84,6 +93,8 @@ class Talker(Stage):
 
 
 class Voice(Stage):
+    accepts = (ReplyText,)
+
     def __init__(self, samples: int = 2400) -> None:
         self.samples = samples
 

@@ -102,6 +102,22 @@ def test_recorder_turns_into_transcript_and_metrics(tmp_path):
     assert timings["tts_rtf"] >= 0 and metrics["turns"][0]["reply_audio_s"] == pytest.approx(0.2)
 
 
+def test_turns_without_words_leave_no_transcript_line(tmp_path):
+    recorder = Recorder(tmp_path)
+    _, result = run_graph(chain(source=CountingSource(turns=3), recognizer=Recognizer(wordless_turns=(1,))),
+                          observer=recorder)
+    recorder.finish(result.status)
+    lines = [json.loads(line) for line in (tmp_path / "transcript.jsonl").read_text().splitlines()]
+    assert [line["turn"] for line in lines] == [0, 2]
+    assert json.loads((tmp_path / "metrics.json").read_text())["summary"]["turns"] == 2
+
+
+def test_a_message_the_stage_does_not_accept_stops_the_graph_clearly():
+    _, result = run_graph([("source", CountingSource(turns=1)), ("stt", Recognizer()), ("sink", Collector())])
+    assert result.status == "failed" and result.failure.stage == "stt"
+    assert "accepts SpeechSegment, not AudioChunk" in str(result.failure)
+
+
 def test_barge_in_cancels_the_reply_in_progress():
     sink = Collector()
     talker = Talker(words=20, pause_s=0.1)

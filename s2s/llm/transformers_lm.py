@@ -86,10 +86,14 @@ class TransformersLM(LLMStage, Stage):
         check_device_available(self.device)
         torch_support.prepare()
         transformers = require("transformers", backend="llm=transformers", extra="default")
-        path = resolve_model(self.model_name, self.cache_dir)
-        self._tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-        dtype = torch_support.torch_dtype(self.dtype, self.device)
-        self._model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        path = resolve_model(self.model_name, self.cache_dir)  # the one-off conversion shows its progress bars
+        transformers.utils.logging.disable_progress_bar()  # a cached load takes a second: no bar needed
+        try:
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+            dtype = torch_support.torch_dtype(self.dtype, self.device)
+            self._model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        finally:
+            transformers.utils.logging.enable_progress_bar()
         # warm-up, so the first turn's time to first token is not a cold start
         inputs = self._tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
                                                      return_tensors="pt", return_dict=True).to(self.device)
