@@ -83,7 +83,7 @@ def main(cfg: DictConfig) -> int:
                   stop_timeout_s=cfg.runner.stop_timeout_s)
     with sigterm_as_interrupt():
         try:
-            recorder.setup_s = graph.setup()
+            recorder.setup_s = graph.setup(warm_up=cfg.runner.warm_up)
             result = graph.run()
         except KeyboardInterrupt:
             recorder.finish("interrupted", "interrupted during setup")

@@ -28,7 +28,8 @@ MUST_EXIST = "must-exist"  # marker for typing.Annotated: the path (when not Non
 
 # Top-level keys the runner itself reads, with what they accept.
 TOP_LEVEL: dict[str, Any] = {"dry_run": bool, "audio.sample_rate": int, "runner.barge_in": bool,
-                             "runner.half_duplex": typing.Optional[bool], "runner.stop_timeout_s": float}
+                             "runner.half_duplex": typing.Optional[bool], "runner.stop_timeout_s": float,
+                             "runner.warm_up": bool}
 
 
 @dataclass

@@ -98,8 +98,8 @@ class Graph:
         self._cancel_below = -1  # data for turns below this is stale (barge-in); only ever grows
 
     # ------------------------------------------------------------------ lifecycle
-    def setup(self) -> dict[str, float]:
-        """Set up stages, I/O first: a missing sound card fails before any model loads."""
+    def setup(self, warm_up: bool = True) -> dict[str, float]:
+        """Set up (and warm up) stages, I/O first: a missing sound card fails before any model loads."""
         order = sorted(range(len(self.stages)), key=lambda i: 0 if i in (0, len(self.stages) - 1) else 1)
         timings: dict[str, float] = {}
         for index in order:
@@ -107,6 +107,8 @@ class Graph:
             start = time.perf_counter()
             try:
                 stage.setup()
+                if warm_up:
+                    stage.warm_up()
             except Exception as error:
                 raise StageSetupError(name, error) from error
             timings[name] = time.perf_counter() - start

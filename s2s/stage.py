@@ -1,9 +1,9 @@
 """The stage contract.
 
 A stage is built from plain config values (cheap: no model load, no heavy import), then the runner calls
-``setup()`` once (load the model here, importing the backend library here), ``process(message)`` per input
-message, ``end_turn(turn)`` when a turn is complete, ``flush()`` at end of input, ``reset()`` between
-conversations and ``close()`` at the end.
+``setup()`` once (load the model here, importing the backend library here), ``warm_up()``,
+``process(message)`` per input message, ``end_turn(turn)`` when a turn is complete, ``flush()`` at end of
+input, ``reset()`` between conversations and ``close()`` at the end.
 A stage never sees a queue, a thread or a stop flag: it only yields messages. When the runner stops consuming
 a ``process`` generator (interruption, shutdown), it closes it, so ``finally`` blocks in a backend run.
 """
@@ -48,6 +48,13 @@ class Stage:
 
     def setup(self) -> None:
         """Load models and open devices. Called once, before the first message."""
+
+    def warm_up(self) -> None:
+        """One throwaway inference after ``setup``, so the first turn does not pay one-off costs.
+
+        Allocations, kernel planning and lazy initialisation otherwise land on the first reply's latency.
+        The runner calls it when ``runner.warm_up`` is true (the default).
+        """
 
     def process(self, message: Data) -> Iterator[Message]:
         """Consume one message and yield zero or more output messages, as soon as each is ready."""

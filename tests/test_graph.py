@@ -76,6 +76,23 @@ def test_failing_stage_stops_the_graph_quickly_and_names_itself():
 
 
 
+@pytest.mark.parametrize("warm_up", [True, False])
+def test_stages_are_warmed_up_after_setup_unless_disabled(warm_up):
+    class Counting(Voice):
+        calls: list[str] = []
+
+        def setup(self):
+            self.calls.append("setup")
+
+        def warm_up(self):
+            self.calls.append("warm_up")
+
+    voice = Counting()
+    voice.calls = []
+    Graph(chain(voice=voice)).setup(warm_up=warm_up)
+    assert voice.calls == (["setup", "warm_up"] if warm_up else ["setup"])
+
+
 def test_setup_failure_names_the_stage():
     from s2s.graph import StageSetupError
 

@@ -94,7 +94,8 @@ class TransformersLM(LLMStage, Stage):
             self._model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         finally:
             transformers.utils.logging.enable_progress_bar()
-        # warm-up, so the first turn's time to first token is not a cold start
+
+    def warm_up(self) -> None:
         inputs = self._tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
                                                      return_tensors="pt", return_dict=True).to(self.device)
         self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)

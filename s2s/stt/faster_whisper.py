@@ -64,7 +64,8 @@ class FasterWhisperSTT(Stage):
         device, _, index = self.device.partition(":")
         self._model = faster_whisper.WhisperModel(path, device=device, device_index=int(index or 0),
                                                   compute_type=compute_type)
-        # warm-up: the first call pays one-off allocation costs that would otherwise land on the first turn
+
+    def warm_up(self) -> None:
         list(self._model.transcribe(audio.silence(1.0, RATE), language=self.language or "en", beam_size=1)[0])
 
     def process(self, message: Data) -> Iterator[Message]:

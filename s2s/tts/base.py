@@ -25,6 +25,10 @@ class TTSStage(Stage):
         raise NotImplementedError
         yield  # pragma: no cover
 
+    def warm_up(self) -> None:
+        for _ in self.synthesize("Hello there.", None):
+            pass
+
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, ReplyText)
         blocks = self.synthesize(message.text, message.language)

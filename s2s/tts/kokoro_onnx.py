@@ -79,8 +79,6 @@ class KokoroOnnxTTS(TTSStage):
         with _data("voices_ja.npz").open("rb") as file:
             self._style = np.load(file)[self.voice]
         self._g2p = english_g2p(self.british)
-        for _ in self.synthesize("Hello there.", "en"):  # warm-up: onnxruntime plans its kernels on the first run
-            pass
 
     def _token_chunks(self, phonemes: str) -> Iterator[list[int]]:
         """Token ids in pieces the model accepts: split at clauses (so the first audio comes sooner) and words."""
