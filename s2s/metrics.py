@@ -79,7 +79,8 @@ class Recorder:
     (atomically) after each turn and at the end, so both stay valid if the run stops half-way.
     """
 
-    def __init__(self, output_dir: str | Path, last_stage: str = "sink", run_info: dict[str, Any] | None = None) -> None:
+    def __init__(self, output_dir: str | Path, last_stage: str = "sink",
+                 run_info: dict[str, Any] | None = None) -> None:
         self.output_dir = Path(output_dir)
         self.last_stage = last_stage  # a turn is finished when its TurnEnd leaves this stage
         self.output_dir.mkdir(parents=True, exist_ok=True)

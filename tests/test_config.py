@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -175,7 +174,8 @@ def test_cli_validation_errors_exit_2_before_loading(tmp_path):
 
 def test_cli_cfg_job_and_dry_run_for_another_platform_load_nothing(tmp_path):
     result = run_cli("platform=macos", "--cfg", "job", "llm=echo", cwd=tmp_path, check=True)
-    assert "name: macos" in result.stdout and "s2s.llm.echo.EchoLM" in result.stdout and "_target_: s2s.tts.kokoro_onnx.KokoroOnnxTTS" in result.stdout
+    assert "name: macos" in result.stdout and "s2s.llm.echo.EchoLM" in result.stdout
+    assert "_target_: s2s.tts.kokoro_onnx.KokoroOnnxTTS" in result.stdout
     probe = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "run.py"), "platform=macos",
                             "dry_run=true", f"hydra.run.dir={tmp_path}"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,6 @@ import pytest
 
 from graph_stages import Collector, CountingSource, Recognizer, Segmenter, Talker, Voice
 from s2s.graph import Graph
-from s2s.messages import ReplyAudio, ReplyText, SpeechStarted
 from s2s.metrics import Recorder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,7 +164,8 @@ SIGNAL_SCRIPT = textwrap.dedent("""
     from s2s.metrics import Recorder
     recorder = Recorder({out!r})
     graph = Graph([("source", CountingSource(turns=10**6, delay_s=0.05)), ("vad", Segmenter()),
-                   ("stt", Recognizer(slow_s={slow})), ("llm", Talker()), ("tts", Voice()), ("sink", Collector())], recorder)
+                   ("stt", Recognizer(slow_s={slow})), ("llm", Talker()), ("tts", Voice()), ("sink", Collector())],
+                  recorder)
     graph.setup()
     print("running", flush=True)
     with sigterm_as_interrupt():

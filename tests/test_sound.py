@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from s2s.io.sound import AudioDeviceError, MicSource, SpeakerSink, import_sounddevice
+from s2s.io.sound import AudioDeviceError, MicSource, import_sounddevice
 
 DATA = Path(__file__).parent / "data"
 ALSA = "/usr/share/alsa/alsa.conf"

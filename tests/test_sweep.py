@@ -71,7 +71,7 @@ def test_basic_sweep_summary_has_one_row_per_job(basic_sweep):
             assert float(row[figure]) > 0, (figure, row)
         assert 0 <= float(row["llm_first_token_s"]) < 1 and row["error"] == ""  # echo answers at once
     markdown = (basic_sweep / "summary.md").read_text()
-    assert f"All jobs: `llm=echo source.path=" in markdown and f"platform={PLATFORM}`" in markdown
+    assert "All jobs: `llm=echo source.path=" in markdown and f"platform={PLATFORM}`" in markdown
     assert ("| job | overrides | status | voice-to-voice (s) | STT (s) | LLM first token (s) | TTS first audio (s) | "
             "RTF | peak memory (MiB) |") in markdown
     assert "| 1 | `tts.voice=jm_kumo` | completed |" in markdown

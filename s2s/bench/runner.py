@@ -114,7 +114,8 @@ def report(figures: RunnerFigures) -> str:
     return "\n".join([
         f"runner: {figures.messages} messages through {figures.stages} stages "
         f"(s2s.graph.Graph, one thread and queue per stage, stages that do nothing)",
-        f"  per-hop latency      p50 {us(figures.hop_p50_s)}  p99 {us(figures.hop_p99_s)}   (paced: one message in flight)",
+        f"  per-hop latency      p50 {us(figures.hop_p50_s)}  p99 {us(figures.hop_p99_s)}"
+        "   (paced: one message in flight)",
         f"  source -> last stage p50 {us(figures.end_to_end_p50_s)}  p99 {us(figures.end_to_end_p99_s)}"
         f"   ({figures.stages - 1} hops)",
         f"  throughput           {figures.throughput_per_s:,.0f} messages/s   "

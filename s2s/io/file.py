@@ -10,7 +10,7 @@ import numpy as np
 
 from s2s import audio
 from s2s.config import MUST_EXIST
-from s2s.config_errors import ConfigError, ValidationContext
+from s2s.config_errors import ValidationContext
 from s2s.messages import AudioChunk, Data, Message, ReplyAudio
 from s2s.stage import Source, Stage
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from s2s import audio
-from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
+from s2s.config_errors import ConfigErrors, ValidationContext
 from s2s.messages import AudioChunk, Data, Message, SpeechSegment, SpeechStarted
 from s2s.stage import Stage, require
 
