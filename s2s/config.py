@@ -180,10 +180,11 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
     """Check the whole composed config; return the stage specs in pipeline order or raise ``ConfigErrors``."""
     errors: list[ConfigError] = []
     device = cfg.get("device")
+    device_error: ConfigError | None = None
     if not isinstance(device, str) or not valid_device(device):
-        errors.append(ConfigError("device", device, f"one of {', '.join(DEVICES)} (or cuda:N)"))
+        device_error = ConfigError("device", device, f"one of {', '.join(DEVICES)} (or cuda:N)")
     elif problem := device_unavailable(device, str(cfg.host.name), str(cfg.host.accelerator)):
-        errors.append(ConfigError("device", device, problem))
+        device_error = ConfigError("device", device, problem)
     for key, annotation in TOP_LEVEL.items():
         value = OmegaConf.select(cfg, key)
         if not _matches(value, annotation):
@@ -216,8 +217,8 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
             except ConfigError as error:
                 errors.append(error)
         specs.append(StageSpec(group, target, cls, kwargs))
-    if errors and errors[0].key == "device":  # stages that take the top-level device repeat its error: say it once
-        errors = [errors[0]] + [e for e in errors[1:] if not (e.key.endswith(".device") and e.value == device)]
+    if device_error:  # stages that take the top-level device repeat its error: say it once
+        errors = [device_error] + [e for e in errors if not (e.key.endswith(".device") and e.value == device)]
     if not errors:  # with a stage missing, its neighbours would be compared with the wrong stage
         errors = _check_neighbours(specs)
     if errors:

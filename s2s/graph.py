@@ -87,8 +87,7 @@ class Graph:
         self.observer = observer or NullObserver()
         self.barge_in = barge_in
         # half duplex: ignore a live source from the end of the user's turn until the reply has played
-        live = stages[0][1].live  # type: ignore[attr-defined]
-        self.half_duplex = (live and not barge_in) if half_duplex is None else half_duplex
+        self.half_duplex = (stages[0][1].live and not barge_in) if half_duplex is None else half_duplex
         self._deaf_turn: int | None = None
         self.stop_timeout_s = stop_timeout_s
         self._queues: list[queue.Queue[Message]] = [queue.Queue() for _ in stages[1:]]

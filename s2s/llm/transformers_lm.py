@@ -11,7 +11,7 @@ from typing import Any, Literal
 from s2s import torch_support
 from s2s.cache import build_once, cache_root
 from s2s.llm.base import LLMStage
-from s2s.platform import check_device_available
+from s2s.platform import check_device_available, resolve_device
 from s2s.stage import MissingExtraError, Stage, require
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class TransformersLM(LLMStage, Stage):
                  system_prompt: str | None = None, max_new_tokens: int = 64, history_turns: int = 4,
                  temperature: float = 0.0, cache_dir: str | None = None) -> None:
         self.model_name = model
-        self.device = "cpu" if device == "auto" else device
+        self.device = resolve_device(device, "cpu")  # the runner resolves auto first; this is for direct use
         self.dtype = dtype
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from s2s import torch_support
 from s2s.config import MUST_EXIST
 from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
-from s2s.platform import check_device_available
+from s2s.platform import check_device_available, resolve_device
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 
@@ -90,7 +90,7 @@ class ChatTTSTTS(TTSStage):
                  compile: bool = False, config_overrides: dict[str, Any] | None = None,
                  verify_hashes: bool = True) -> None:
         self.model = model
-        self.device = "cpu" if device == "auto" else device  # the runner resolves auto; this is for direct use
+        self.device = resolve_device(device, "cpu")  # the runner resolves auto first; this is for direct use
         self.speaker_seed = speaker_seed
         self.temperature = temperature
         self.top_p = top_p

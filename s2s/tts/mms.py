@@ -9,7 +9,7 @@ from typing import Any
 
 from s2s import torch_support
 from s2s.config_errors import ConfigErrors, ValidationContext
-from s2s.platform import check_device_available
+from s2s.platform import check_device_available, resolve_device
 from s2s.stage import require
 from s2s.text import SentenceSplitter
 from s2s.tts.base import TTSStage
@@ -74,7 +74,7 @@ class MmsTTS(TTSStage):
         self.language = language
         self.model = model
         self.models = dict(models or {})
-        self.device = "cpu" if device == "auto" else device  # the runner resolves auto; this is for direct use
+        self.device = resolve_device(device, "cpu")  # the runner resolves auto first; this is for direct use
         self.speaking_rate = speaking_rate
         self.noise_scale = noise_scale
         self._loaded: dict[str, tuple[Any, Any]] = {}  # model name -> (VitsModel, tokenizer)
