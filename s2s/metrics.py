@@ -47,6 +47,7 @@ class Turn:
     tts_busy_s: float = 0.0
     first_reply_at_sink: float | None = None
     reported: dict[str, float] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)  # metrics with details: tool calls, LLM errors
 
     def figures(self) -> dict[str, float | None]:
         def span(a: float | None, b: float | None) -> float | None:
@@ -69,7 +70,8 @@ class Turn:
                 "language": self.language, "complete": self.complete,
                 "user_audio_s": None if self.user_audio_s is None else round(self.user_audio_s, 3),
                 "reply_audio_s": round(self.reply_audio_s, 3), "timings": self.figures(),
-                "reported": {name: round(value, 4) for name, value in self.reported.items()}}
+                "reported": {name: round(value, 4) for name, value in self.reported.items()},
+                **({"events": self.events} if self.events else {})}
 
 
 class Recorder:
@@ -149,7 +151,10 @@ class Recorder:
 
     def on_metric(self, stage: str, metric: Metric) -> None:
         with self._lock:
-            self._turn(metric.turn).reported[metric.name] = metric.value
+            if "event" in metric.extra:  # a tool call and its result, an LLM error: kept in order, not a figure
+                self._turn(metric.turn).events.append({"seconds": round(metric.value, 4), **metric.extra})
+            else:
+                self._turn(metric.turn).reported[metric.name] = metric.value
 
     # --- output -------------------------------------------------------------------------------------
     def _finish(self, turn: Turn) -> None:

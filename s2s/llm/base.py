@@ -1,18 +1,35 @@
-"""Shared behaviour of LLM stages: chat history, sentence streaming, timing."""
+"""Shared behaviour of LLM stages: chat history, sentence streaming, tool calls, timing."""
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
+from s2s.llm.tools import ToolCall, Toolbox, ToolResult
 from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd
 from s2s.text import SentenceSplitter, clean_for_speech
 
+log = logging.getLogger(__name__)
+MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
+
+
+class ReplyFailed(RuntimeError):
+    """The backend failed mid-reply (a server dropped the stream, timed out, answered an error).
+
+    The turn ends with what was already spoken and the error is logged and recorded; the conversation goes on.
+    """
+
 
 class LLMStage:
-    """Mixin for LLM stages: subclasses implement ``stream(messages)`` yielding text pieces.
+    """Mixin for LLM stages: subclasses implement ``stream(messages)`` yielding text pieces (and ``ToolCall``s).
 
     ``process`` keeps the last ``history_turns`` exchanges, releases the reply sentence by sentence as it
-    streams (so TTS starts before the LLM ends), reports the time to first token and ends the turn.
+    streams (so TTS starts before the LLM ends), reports the time to first token and ends the turn. With
+    ``llm.tools``, the calls a reply asks for run after its stream ends, their results go back to the model
+    (``tool_messages``) and its follow-up is spoken; each call is reported as a ``tool_call`` metric that
+    the recorder writes into the turn's line of transcript.jsonl.
     """
 
     accepts = (Transcript,)
@@ -20,18 +37,32 @@ class LLMStage:
     system_prompt: str | None
     history_turns: int
 
-    def _init_chat(self, system_prompt: str | None, history_turns: int) -> None:
+    def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None) -> None:
         self.system_prompt = system_prompt
         self.history_turns = history_turns
-        self._history: list[dict[str, str]] = []
+        self.tools = tools
+        self._toolbox: Toolbox | None = None
+        self._history: list[dict[str, Any]] = []
+
+    def _load_tools(self) -> None:
+        """Import the ``llm.tools`` module (trusted user code); called from ``setup``."""
+        self._toolbox = Toolbox(self.tools) if self.tools else None
+
+    def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict[str, Any]]:
+        """The assistant's calls and their results as chat messages (OpenAI chat-completions form)."""
+        return [{"role": "assistant", "content": "",
+                 "tool_calls": [{"id": call.id, "type": "function",
+                                 "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
+                                for call in calls]},
+                *({"role": "tool", "tool_call_id": result.call.id, "content": result.output} for result in results)]
 
     def reset(self) -> None:
         self._history = []
 
-    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         raise NotImplementedError
 
-    def chat_messages(self, user_text: str) -> list[dict[str, str]]:
+    def chat_messages(self, user_text: str) -> list[dict[str, Any]]:
         window = self._history[-2 * self.history_turns:] if self.history_turns > 0 else []
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return [*system, *window, {"role": "user", "content": user_text}]
@@ -39,22 +70,45 @@ class LLMStage:
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, Transcript)
         start = time.perf_counter()
-        splitter, reply, first = SentenceSplitter(), [], True
-        pieces = self.stream(self.chat_messages(message.text))
-        try:
-            for piece in pieces:
-                if first and piece.strip():
-                    first = False
-                    yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
-                reply.append(piece)
-                for sentence in splitter.feed(piece):
-                    if spoken := clean_for_speech(sentence):
-                        yield ReplyText(spoken, message.turn, message.language)
+        splitter, reply, first, failed = SentenceSplitter(), [], True, False
+        messages = self.chat_messages(message.text)
+        for round_ in range(MAX_TOOL_ROUNDS + 1):
+            calls: list[ToolCall] = []
+            pieces = self.stream(messages)
+            try:
+                for piece in pieces:
+                    if isinstance(piece, ToolCall):
+                        calls.append(piece)
+                        continue
+                    if first and piece.strip():
+                        first = False
+                        yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
+                    reply.append(piece)
+                    for sentence in splitter.feed(piece):
+                        if spoken := clean_for_speech(sentence):
+                            yield ReplyText(spoken, message.turn, message.language)
+            except ReplyFailed as error:
+                failed = True
+                log.error("turn %d: the reply stopped: %s", message.turn, error)
+                yield Metric(message.turn, "llm_error", 1.0, {"event": "llm_error", "error": str(error)})
+                break
+            finally:
+                pieces.close()  # type: ignore[attr-defined]  - stops generation when the runner cancels
+            if not calls or self._toolbox is None:
+                break
+            if round_ == MAX_TOOL_ROUNDS:
+                log.warning("turn %d: still calling tools after %d rounds; stopping", message.turn, round_)
+                break
+            results = [self._toolbox.run(call) for call in calls]
+            for result in results:
+                yield Metric(message.turn, "tool_call", result.seconds,
+                             {"event": "tool_call", "tool": result.call.name, "arguments": result.call.arguments,
+                              "result": result.output, "error": result.error})
+            messages = [*messages, *self.tool_messages(calls, results)]
+        if not failed:  # after a failure the unfinished sentence is dropped rather than spoken half
             for sentence in splitter.finish():
                 if spoken := clean_for_speech(sentence):
                     yield ReplyText(spoken, message.turn, message.language)
-        finally:
-            pieces.close()  # type: ignore[attr-defined]  - stops generation when the runner cancels
         self._history += [{"role": "user", "content": message.text},
                           {"role": "assistant", "content": "".join(reply).strip()}]
         yield TurnEnd(message.turn)
