@@ -159,3 +159,20 @@ class ToolCallFilter:
             self._inside = False
         elif rest:
             yield rest
+
+
+def check_module(tools: str | None, key: str = "llm.tools") -> None:
+    """Validation before loading: the module must be findable (it is imported only in ``setup``)."""
+    import importlib.util
+
+    from s2s.config_errors import ConfigError
+
+    if tools is None:
+        return
+    try:
+        found = importlib.util.find_spec(tools) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(key, tools, f"an importable Python module with TOOLS and {CALLABLE}(name, arguments), "
+                                      "e.g. s2s.llm.example_tools")

@@ -1,0 +1,185 @@
+"""Any OpenAI-compatible server (vLLM, llama.cpp, Ollama, transformers serve, a hosted API) through ``openai``."""
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal
+
+from s2s.config_errors import Range, ValidationContext
+from s2s.llm.base import LLMStage, ReplyFailed
+from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
+from s2s.stage import Stage, require
+
+log = logging.getLogger(__name__)
+NO_KEY = "no-key"  # local servers ignore the key, but the SDK refuses to start without one
+
+
+class OpenAILM(LLMStage, Stage):
+    """Streams chat replies from an OpenAI-compatible server.
+
+    Args:
+        model: the model name the server knows.
+        base_url: the server's API root, e.g. ``http://127.0.0.1:8000/v1`` for a local vLLM.
+        api_key: sent as a bearer token; null sends a placeholder (local servers need none).
+        api: ``chat_completions`` (``/chat/completions``, every server) or ``responses`` (``/responses``).
+        temperature: sampling temperature; null leaves the server's default.
+        max_tokens: reply length cap.
+        timeout_s: how long to wait for the server to connect or send the next piece before the turn fails.
+        system_prompt: the assistant's instructions.
+        history_turns: how many previous exchanges the model sees.
+        tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
+    """
+
+    def __init__(self, model: str, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
+                 api: Literal["chat_completions", "responses"] = "chat_completions",
+                 temperature: Annotated[float, Range(0, 2)] | None = None,
+                 max_tokens: Annotated[int, Range(1)] = 64, timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0,
+                 system_prompt: str | None = None, history_turns: int = 4, tools: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key
+        self.api = api
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout_s = timeout_s
+        self._init_chat(system_prompt, history_turns, tools)
+        self._client: Any = None
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        base_url = kwargs.get("base_url")
+        if isinstance(base_url, str) and not base_url.startswith(("http://", "https://")):
+            raise context.error("base_url", base_url, "an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
+        check_module(kwargs.get("tools"), f"{context.group}.tools")
+
+    def setup(self) -> None:
+        openai = require("openai", backend="llm=openai", extra="openai")
+        self._load_tools()
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or NO_KEY,
+                                     timeout=self.timeout_s, max_retries=0)
+        self._check_server(openai)
+
+    def _check_server(self, openai: Any) -> None:
+        """Fail now, in one line, if the server is unreachable, refuses the key or lacks the model."""
+        where = f"llm=openai at {self.base_url}"
+        try:
+            served = [model.id for model in self._client.models.list()]
+        except openai.APIConnectionError as error:
+            raise RuntimeError(f"{where}: no server answered ({_cause(error)}); check llm.base_url") from None
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as error:
+            raise RuntimeError(f"{where}: the server refused the API key (HTTP {error.status_code}: "
+                               f"{_detail(error)}); set OPENAI_API_KEY or llm.api_key") from None
+        except openai.APIStatusError as error:  # some servers have no model list: the probe below decides
+            log.debug("%s: GET /models answered HTTP %s", where, error.status_code)
+            served = []
+        if self.model in served:
+            return
+        try:  # not listed (many servers list only some models): one token says whether it is served
+            if self.api == "responses":
+                self._client.responses.create(model=self.model, input="Hi", max_output_tokens=16)
+            else:
+                self._client.chat.completions.create(model=self.model, max_tokens=1,
+                                                     messages=[{"role": "user", "content": "Hi"}])
+        except openai.APIConnectionError as error:
+            raise RuntimeError(f"{where}: the server stopped answering ({_cause(error)})") from None
+        except openai.APIStatusError as error:
+            listed = f" (it lists: {', '.join(served[:10])})" if served else ""
+            raise RuntimeError(f"{where}: model {self.model!r} is not served: HTTP {error.status_code}: "
+                               f"{_detail(error)}{listed}; check llm.model") from None
+
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+        openai = require("openai", backend="llm=openai", extra="openai")
+        try:
+            if self.api == "responses":
+                yield from self._stream_responses(messages)
+            else:
+                yield from self._stream_chat(messages)
+        except openai.APIStatusError as error:
+            raise ReplyFailed(f"llm=openai at {self.base_url} answered HTTP {error.status_code}: "
+                              f"{_detail(error)}") from error
+        except openai.APIError as error:  # dropped connection, read timeout, an error event in the stream
+            raise ReplyFailed(f"llm=openai at {self.base_url} failed mid-reply: {_cause(error)}") from error
+
+    def _stream_chat(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+        options: dict[str, Any] = {"max_tokens": self.max_tokens}
+        if self.temperature is not None:
+            options["temperature"] = self.temperature
+        if self._toolbox:
+            options["tools"] = self._toolbox.definitions
+        stream = self._client.chat.completions.create(model=self.model, messages=messages, stream=True, **options)
+        calls: dict[int, dict[str, str]] = {}
+        try:  # closing the response when the runner closes this generator cancels the request
+            for chunk in stream:
+                if not chunk.choices:
+                    continue
+                delta = chunk.choices[0].delta
+                if delta.content:
+                    yield delta.content
+                for call in delta.tool_calls or ():  # arrives in pieces, keyed by index
+                    entry = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                    entry["id"] = call.id or entry["id"]
+                    if call.function:
+                        entry["name"] += call.function.name or ""
+                        entry["arguments"] += call.function.arguments or ""
+        finally:
+            stream.close()
+        for index, entry in sorted(calls.items()):
+            yield parse_arguments(entry["name"], entry["arguments"], entry["id"] or f"call_{index}")
+
+    def _stream_responses(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+        options: dict[str, Any] = {"max_output_tokens": self.max_tokens}
+        if self.temperature is not None:
+            options["temperature"] = self.temperature
+        if self._toolbox:
+            options["tools"] = self._toolbox.responses_definitions()
+        stream = self._client.responses.create(model=self.model, input=messages, stream=True, **options)
+        try:
+            for event in stream:
+                if event.type == "response.output_text.delta":
+                    yield event.delta
+                elif event.type == "response.output_item.done" and event.item.type == "function_call":
+                    yield parse_arguments(event.item.name, event.item.arguments, event.item.call_id)
+                elif event.type in ("error", "response.failed"):
+                    raise ReplyFailed(f"llm=openai at {self.base_url} reported {event.type}: "
+                                      f"{getattr(event, 'message', None) or event.response.error}")
+        finally:
+            stream.close()
+
+    def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict[str, Any]]:
+        if self.api != "responses":
+            return super().tool_messages(calls, results)
+        return [*({"type": "function_call", "call_id": call.id, "name": call.name,
+                   "arguments": json.dumps(call.arguments)} for call in calls),
+                *({"type": "function_call_output", "call_id": result.call.id, "output": result.output}
+                  for result in results)]
+
+    def warm_up(self) -> None:
+        """Nothing: the setup check already made the server load the model."""
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "base_url": self.base_url, "api": self.api,
+                **({"tools": self.tools} if self.tools else {})}
+
+
+def _detail(error: Any) -> str:
+    """The server's own message from an error body, else the SDK's, on one line."""
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, dict) else inner
+        text = str(message or body)
+    else:
+        text = str(getattr(error, "message", error))
+    return " ".join(text.split())[:300]
+
+
+def _cause(error: BaseException) -> str:
+    cause = error.__cause__ or error.__context__
+    text = f"{type(cause).__name__}: {cause}" if cause else f"{type(error).__name__}: {error}"
+    return " ".join(text.split())[:300]

@@ -1,0 +1,149 @@
+"""llm=openai against real servers on 127.0.0.1: transformers serve (both APIs, streaming, cancellation, native
+tool calls, unknown model) and a small FastAPI app for a wrong key and a server failing mid-reply."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from conftest import compose_config
+from s2s.config import validate
+from s2s.config_errors import ConfigErrors
+from s2s.llm.openai_lm import OpenAILM
+from s2s.messages import Metric, ReplyText, Transcript, TurnEnd
+from tests.fixtures import openai_servers, tiny_lm, weather_tools
+
+pytest.importorskip("openai")
+pytest.importorskip("fastapi")
+
+
+@pytest.fixture(scope="session")
+def tool_lm(tmp_path_factory):
+    """A tiny Qwen2 chat LM overfitted to answer the capital question and to call get_weather (~10 s)."""
+    return tiny_lm.build_overfitted(tmp_path_factory.mktemp("tool_lm") / "model", weather_tools.native_conversations())
+
+
+@pytest.fixture(scope="module")
+def served(tool_lm, tmp_path_factory):
+    with openai_servers.transformers_serve(tmp_path_factory.mktemp("serve")) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def faulty():
+    with openai_servers.faulty_server() as root:
+        yield root
+
+
+def make(base_url: str, model: str, **options) -> OpenAILM:
+    stage = OpenAILM(model=model, base_url=base_url, **{"system_prompt": None, "history_turns": 0,
+                                                        "temperature": 0.0, "max_tokens": 40, **options})
+    stage.setup()
+    return stage
+
+
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+def test_reply_streams_sentence_by_sentence(served, tool_lm, api):
+    stage = make(served, str(tool_lm), api=api)
+    try:
+        out = list(stage.process(Transcript(weather_tools.CAPITAL, 2, "en")))
+    finally:
+        stage.close()
+    assert isinstance(out[0], Metric) and out[0].name == "llm_first_token_s" and 0 < out[0].value < 10
+    assert [m for m in out if isinstance(m, ReplyText)] == [
+        ReplyText("The capital of France is Paris.", 2, "en"), ReplyText("It is a lovely city on the Seine.", 2, "en")]
+    assert out[-1] == TurnEnd(2)
+
+
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+def test_a_native_tool_call_runs_and_the_follow_up_is_spoken(served, tool_lm, api):
+    weather_tools.CALLS.clear()
+    stage = make(served, str(tool_lm), api=api, tools="tests.fixtures.weather_tools")
+    try:
+        out = list(stage.process(Transcript(weather_tools.QUESTION, 0, "en")))
+    finally:
+        stage.close()
+    assert weather_tools.CALLS == [("get_weather", {"city": "Paris"})]
+    [event] = [m for m in out if isinstance(m, Metric) and m.name == "tool_call"]
+    assert event.extra == {"event": "tool_call", "tool": "get_weather", "arguments": {"city": "Paris"},
+                           "result": weather_tools.RESULT, "error": False}
+    spoken = " ".join(m.text for m in out if isinstance(m, ReplyText))
+    assert spoken == weather_tools.FOLLOW_UP and "tool_call" not in spoken
+
+
+def test_closing_the_reply_cancels_the_request(served, tool_lm):
+    stage = make(served, str(tool_lm), max_tokens=2000)
+    try:
+        stream = stage.stream(stage.chat_messages("hello world"))  # an untrained prompt: rambles to the cap
+        assert isinstance(next(stream), str)
+        start = time.perf_counter()
+        stream.close()  # what LLMStage.process does when the runner closes it
+        assert time.perf_counter() - start < 1.0
+        # the server notices the closed connection and stops generating: a new request is served at once
+        start = time.perf_counter()
+        out = list(stage.process(Transcript(weather_tools.CAPITAL, 1, "en")))
+        assert time.perf_counter() - start < 10 and out[-1] == TurnEnd(1)
+    finally:
+        stage.close()
+
+
+def test_an_unknown_model_fails_in_setup_naming_the_server(served):
+    with pytest.raises(RuntimeError) as caught:
+        make(served, "no-such/model")
+    message = str(caught.value)
+    assert "\n" not in message and served in message and "'no-such/model' is not served: HTTP 500" in message
+
+
+def test_an_unreachable_server_fails_in_setup_in_one_line():
+    url = f"http://127.0.0.1:{openai_servers.free_port()}/v1"
+    with pytest.raises(RuntimeError) as caught:
+        make(url, "m", timeout_s=2)
+    message = str(caught.value)
+    assert "\n" not in message and url in message and "no server answered" in message and "ConnectError" in message
+
+
+def test_a_wrong_key_fails_in_setup_with_what_the_server_said(faulty):
+    url = f"{faulty}/keyed/v1"
+    with pytest.raises(RuntimeError) as caught:
+        make(url, "m", api_key="sk-wrong")
+    message = str(caught.value)
+    assert "\n" not in message and url in message and "HTTP 401: Incorrect API key provided." in message
+    make(url, "m", api_key=openai_servers.API_KEY).close()  # the right key passes
+
+
+@pytest.mark.parametrize("mode", ["drop", "stall"])
+def test_a_server_failing_mid_reply_ends_the_turn_with_an_error(faulty, mode, caplog):
+    stage = make(f"{faulty}/{mode}/v1", "m", timeout_s=1.0)
+    start = time.perf_counter()
+    try:
+        out = list(stage.process(Transcript("hi", 5, "en")))
+    finally:
+        stage.close()
+    assert time.perf_counter() - start < 5  # no hang: a stall ends at timeout_s
+    assert [m.text for m in out if isinstance(m, ReplyText)] == ["The first sentence is complete."]
+    [error] = [m for m in out if isinstance(m, Metric) and m.name == "llm_error"]
+    assert "failed mid-reply" in error.extra["error"] and faulty in error.extra["error"]
+    assert out[-1] == TurnEnd(5)
+    assert any("the reply stopped" in r.message for r in caplog.records)
+    assert not [t for t in threading.enumerate() if t.name.startswith("s2s-")]
+
+
+@pytest.mark.parametrize("override,fragment", [
+    ("llm.api=completions", "llm.api=completions: invalid; expected one of chat_completions, responses"),
+    ("llm.base_url=localhost:8000", "expected an http:// or https:// URL"),
+    ("llm.tools=no_such_tools_module", "expected an importable Python module with TOOLS and call_tool"),
+    ("llm.timeout_s=0", "llm.timeout_s=0: invalid"),
+])
+def test_validation_names_key_value_and_what_is_valid(override, fragment, tmp_path):
+    with pytest.raises(ConfigErrors, match=fragment):
+        validate(compose_config(["llm=openai", override], tmp_path))
+
+
+def test_the_api_key_comes_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    specs = validate(compose_config(["llm=openai"], tmp_path))
+    assert next(s for s in specs if s.group == "llm").kwargs["api_key"] == "sk-from-env"
+    monkeypatch.delenv("OPENAI_API_KEY")
+    specs = validate(compose_config(["llm=openai"], tmp_path))
+    assert next(s for s in specs if s.group == "llm").kwargs["api_key"] is None
