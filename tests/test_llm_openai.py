@@ -7,21 +7,21 @@ import time
 
 import pytest
 
-from conftest import compose_config
+from conftest import CACHE, compose_config
 from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.llm.openai_lm import OpenAILM
 from s2s.messages import Metric, ReplyText, Transcript, TurnEnd
-from tests.fixtures import openai_servers, tiny_lm, weather_tools
+from tests.fixtures import llm_models, openai_servers, weather_tools
 
 pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
 
-@pytest.fixture(scope="session")
-def tool_lm(tmp_path_factory):
-    """A tiny Qwen2 chat LM overfitted to answer the capital question and to call get_weather (~10 s)."""
-    return tiny_lm.build_overfitted(tmp_path_factory.mktemp("tool_lm") / "model", weather_tools.native_conversations())
+@pytest.fixture(scope="module")
+def tool_lm():
+    """A tiny Qwen2 chat LM overfitted to answer the capital question and to call get_weather (cached)."""
+    return llm_models.tool_lm("native", CACHE / "models")
 
 
 @pytest.fixture(scope="module")

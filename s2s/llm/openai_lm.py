@@ -34,8 +34,9 @@ class OpenAILM(LLMStage, Stage):
     def __init__(self, model: str, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
                  api: Literal["chat_completions", "responses"] = "chat_completions",
                  temperature: Annotated[float, Range(0, 2)] | None = None,
-                 max_tokens: Annotated[int, Range(1)] = 64, timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0,
-                 system_prompt: str | None = None, history_turns: int = 4, tools: str | None = None) -> None:
+                 max_tokens: Annotated[int, Range(1)] = 64,
+                 timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0, system_prompt: str | None = None,
+                 history_turns: Annotated[int, Range(0)] = 4, tools: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -10,7 +11,9 @@ from typing import Any, Literal
 
 from s2s import torch_support
 from s2s.cache import build_once, cache_root
+from s2s.config_errors import ValidationContext
 from s2s.llm.base import LLMStage
+from s2s.llm.tools import ToolCall, ToolCallFilter, ToolResult, check_module
 from s2s.platform import check_device_available, resolve_device
 from s2s.stage import MissingExtraError, Stage, require
 
@@ -66,19 +69,22 @@ class TransformersLM(LLMStage, Stage):
         max_new_tokens: reply length cap.
         history_turns: how many previous exchanges the model sees.
         temperature: 0 decodes greedily (reproducible); above 0 samples.
+        tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null. Chat templates
+            with a tools section get them natively; others get them in the system prompt (``<tool_call>``).
     """
 
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto",
                  dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
                  system_prompt: str | None = None, max_new_tokens: int = 64, history_turns: int = 4,
-                 temperature: float = 0.0, cache_dir: str | None = None) -> None:
+                 temperature: float = 0.0, cache_dir: str | None = None,
+                 tools: str | None = None) -> None:
         self.model_name = model
         self.device = resolve_device(device, "cpu")  # the runner resolves auto first; this is for direct use
         self.dtype = dtype
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.cache_dir = cache_dir
-        self._init_chat(system_prompt, history_turns)
+        self._init_chat(system_prompt, history_turns, tools)
         self._model: Any = None
         self._tokenizer: Any = None
 
@@ -86,6 +92,7 @@ class TransformersLM(LLMStage, Stage):
         check_device_available(self.device)
         torch_support.prepare()
         transformers = require("transformers", backend="llm=transformers", extra="default")
+        self._load_tools()
         path = resolve_model(self.model_name, self.cache_dir)  # the one-off conversion shows its progress bars
         transformers.utils.logging.disable_progress_bar()  # a cached load takes a second: no bar needed
         try:
@@ -100,7 +107,7 @@ class TransformersLM(LLMStage, Stage):
                                                      return_tensors="pt", return_dict=True).to(self.device)
         self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
 
-    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
         cancelled = threading.Event()
@@ -109,8 +116,9 @@ class TransformersLM(LLMStage, Stage):
             def __call__(self, input_ids, scores, **kwargs):  # noqa: ANN001 - transformers' signature
                 return cancelled.is_set()
 
-        inputs = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                                     return_dict=True).to(self.device)
+        inputs = self._tokenizer.apply_chat_template(self._with_tools(messages), add_generation_prompt=True,
+                                                     return_tensors="pt", return_dict=True,
+                                                     **self._template_tools()).to(self.device)
         streamer = TextIteratorStreamer(self._tokenizer, skip_prompt=True, skip_special_tokens=True,
                                         clean_up_tokenization_spaces=False)
         sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
@@ -128,13 +136,50 @@ class TransformersLM(LLMStage, Stage):
 
         worker = threading.Thread(target=generate, name="s2s-llm-generate", daemon=True)
         worker.start()
+        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
         try:
-            yield from streamer
+            if calls is None:
+                yield from streamer
+            else:
+                for piece in streamer:
+                    yield from calls.feed(piece)
+                yield from calls.finish()
         finally:
             cancelled.set()
             worker.join()
         if failure:
             raise failure[0]
+        yield from calls.calls if calls else ()
+
+    def _native_tools(self) -> bool:
+        """Whether the model's chat template renders tools itself (Qwen2.5, Llama 3.1, Hermes, SmolLM3...)."""
+        return self._toolbox is not None and "tools" in str(self._tokenizer.chat_template or "")
+
+    def _template_tools(self) -> dict[str, Any]:
+        return {"tools": self._toolbox.definitions} if self._toolbox and self._native_tools() else {}
+
+    def _with_tools(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The prompted format: tools and the call syntax in the system prompt, for templates without tools."""
+        if self._toolbox is None or self._native_tools():
+            return messages
+        if messages and messages[0]["role"] == "system":
+            return [{"role": "system", "content": self._toolbox.system_prompt(messages[0]["content"])}, *messages[1:]]
+        return [{"role": "system", "content": self._toolbox.system_prompt(None)}, *messages]
+
+    def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict[str, Any]]:
+        if self._native_tools():  # chat templates take arguments as a mapping, not the API's JSON string
+            return [{"role": "assistant", "content": "",
+                     "tool_calls": [{"id": call.id, "type": "function",
+                                     "function": {"name": call.name, "arguments": call.arguments}} for call in calls]},
+                    *({"role": "tool", "tool_call_id": r.call.id, "content": r.output} for r in results)]
+        said = "".join(f'<tool_call>{json.dumps({"name": call.name, "arguments": call.arguments})}</tool_call>'
+                       for call in calls)
+        heard = "".join(f"<tool_response>{result.output}</tool_response>" for result in results)
+        return [{"role": "assistant", "content": said}, {"role": "user", "content": heard}]
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        check_module(kwargs.get("tools"), f"{context.group}.tools")
 
     def close(self) -> None:
         self._model = self._tokenizer = None
