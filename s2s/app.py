@@ -64,6 +64,10 @@ def main(cfg: DictConfig) -> int:
             print(f"config error: {error}", file=sys.stderr)
         _write_status(cfg, "config_error", str(errors))
         return EXIT_CONFIG
+    if cfg.get("server"):  # server=realtime: one graph per client session instead of one run over source/sink
+        from s2s import server
+
+        return server.main(cfg, specs)
     if cfg.dry_run:
         print(describe_graph(cfg, specs))
         return 0

@@ -128,6 +128,27 @@ class Graph:
     def stop(self) -> None:
         self._stop.set()
 
+    def inject(self, before: str, message: Message) -> None:
+        """Hand ``message`` to stage ``before`` as if the stage ahead of it had emitted it (thread-safe).
+
+        The realtime server uses it for typed turns: a ``Transcript`` injected before the LLM gets a reply
+        like a spoken one. Observers see it as an output of the stage ahead, so metrics and barge-in apply.
+        """
+        index = next((i for i, (name, _) in enumerate(self.stages) if name == before), None)
+        if not index:  # None, or the source: nothing comes before it
+            raise ValueError(f"no stage '{before}' after the source; stages: {[n for n, _ in self.stages]}")
+        self._emit(index - 1, message)
+
+    def cancel_turns_below(self, turn: int) -> None:
+        """Drop everything still on its way for turns below ``turn``, as barge-in does (thread-safe).
+
+        Stages working on such a turn have their ``process`` generator closed at its next output; the
+        realtime server calls it for ``response.cancel``.
+        """
+        if turn > self._cancel_below:
+            log.info("cancel: dropping replies to turns below %d", turn)
+            self._cancel_below = turn
+
     def run(self) -> RunResult:
         """Run until the input ends, a stage fails, or Ctrl-C; never raises for stage errors."""
         threads = [threading.Thread(target=self._guard, args=(index,), name=f"s2s-{name}", daemon=True)

@@ -1,0 +1,138 @@
+"""The pool of pipelines: the model stages of the composed config, set up once and lent to one session at a time.
+
+A session's graph is ``socket source -> its own VAD -> <the pooled stages> -> socket sink``. The pooled stages
+(STT, LLM, TTS, ...) hold the model weights; they are set up once per process, at start, and a session returns
+its pipeline reset (history cleared, instructions restored). With ``max_sessions`` pipelines, a session never
+waits for another one's models, and weights are loaded ``max_sessions`` times (not once: the stages of
+today's backends keep their model in the stage object).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from s2s.config import StageSpec, check_kwargs, validation_context
+from s2s.config_errors import ConfigError, ConfigErrors
+from s2s.graph import StageSetupError
+from s2s.llm.base import LLMStage
+from s2s.messages import AudioChunk, ReplyAudio, Transcript
+from s2s.stage import Stage
+
+log = logging.getLogger("s2s.server")
+
+
+def check_shape(specs: list[StageSpec]) -> list[ConfigError]:
+    """A session needs: source, a VAD that takes audio, ..., a stage taking transcripts named llm, ..., sink."""
+    groups = [spec.group for spec in specs]
+    shown = "[" + ", ".join(groups) + "]"
+    problems = []
+    if len(specs) < 4 or not any(issubclass(AudioChunk, kind) for kind in specs[1].cls.accepts):
+        problems.append(ConfigError("pipeline", shown, "source, a VAD (accepts AudioChunk), ..., sink for "
+                                                       "server=realtime"))
+    elif not any(issubclass(kind, ReplyAudio) for kind in specs[-2].cls.emits):
+        problems.append(ConfigError("pipeline", shown, "a stage before the sink that emits ReplyAudio (a TTS)"))
+    if "llm" not in groups[2:-1] or not any(issubclass(Transcript, k) for k in specs[groups.index("llm")].cls.accepts):
+        problems.append(ConfigError("pipeline", shown, "an 'llm' stage that accepts Transcript (typed turns "
+                                                       "are handed to it)"))
+    return problems
+
+
+def override_errors(cfg: Any, spec: StageSpec, overrides: dict[str, Any]) -> list[ConfigError]:
+    """What the stage's own validation says about ``spec`` with ``overrides`` (the client's session.update)."""
+    kwargs = {**spec.kwargs, **overrides}
+    context = validation_context(cfg, spec.group)
+    errors = check_kwargs(spec.cls, kwargs, context)
+    if not errors:
+        try:
+            spec.cls.validate_config(kwargs, context)
+        except ConfigErrors as many:
+            errors = list(many.errors)
+        except ConfigError as error:
+            errors = [error]
+    return errors
+
+
+@dataclass
+class Pipeline:
+    """The pooled stages of one session, in pipeline order (everything between the VAD and the sink)."""
+
+    index: int
+    stages: list[tuple[str, Stage]]
+    defaults: dict[str, Any] = field(default_factory=dict)  # per-session settings to restore on release
+
+    @property
+    def llm(self) -> Stage:
+        return dict(self.stages)["llm"]
+
+    def release(self) -> None:
+        """Forget the session: history, buffers, instructions."""
+        llm = self.llm
+        if isinstance(llm, LLMStage):
+            llm.system_prompt = self.defaults.get("system_prompt")
+        for name, stage in self.stages:
+            try:
+                stage.reset()
+            except Exception as error:  # a reset failing must not keep the pipeline from the pool
+                log.warning("resetting %s failed: %s: %s", name, type(error).__name__, error)
+
+
+class Pool:
+    """``size`` pipelines built from the same specs; ``acquire`` lends one or returns None when all are out."""
+
+    def __init__(self, specs: list[StageSpec], size: int) -> None:
+        self.specs = specs
+        self.pooled = specs[2:-1]  # source, VAD and sink belong to each session
+        self.size = size
+        self.pipelines: list[Pipeline] = []
+        self._free: list[Pipeline] = []
+        self._lock = threading.Lock()
+
+    def setup(self, warm_up: bool) -> dict[str, float]:
+        timings: dict[str, float] = {}
+        for index in range(self.size):
+            stages = []
+            for spec in self.pooled:
+                stage = spec.build()
+                start = time.perf_counter()
+                try:
+                    stage.setup()
+                    if warm_up:
+                        stage.warm_up()
+                except Exception as error:
+                    stage.close()
+                    raise StageSetupError(spec.group, error) from error
+                timings[f"{index}.{spec.group}"] = time.perf_counter() - start
+                stages.append((spec.group, stage))
+            llm = dict(stages)["llm"]
+            defaults = {"system_prompt": llm.system_prompt} if isinstance(llm, LLMStage) else {}
+            pipeline = Pipeline(index, stages, defaults)
+            self.pipelines.append(pipeline)
+            self._free.append(pipeline)
+            log.info("pipeline %d/%d ready (%s)", index + 1, self.size,
+                     ", ".join(f"{name} {timings[f'{index}.{name}']:.1f} s" for name, _ in stages))
+        return timings
+
+    def acquire(self) -> Pipeline | None:
+        with self._lock:
+            return self._free.pop(0) if self._free else None
+
+    def give_back(self, pipeline: Pipeline) -> None:
+        pipeline.release()
+        with self._lock:
+            self._free.append(pipeline)
+
+    @property
+    def in_use(self) -> int:
+        with self._lock:
+            return self.size - len(self._free)
+
+    def close(self) -> None:
+        for pipeline in self.pipelines:
+            for name, stage in pipeline.stages:
+                try:
+                    stage.close()
+                except Exception as error:
+                    log.warning("closing %s failed: %s: %s", name, type(error).__name__, error)

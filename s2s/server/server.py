@@ -1,0 +1,277 @@
+"""``python run.py server=realtime``: the OpenAI Realtime WebSocket endpoint, HTTP read-outs, limits and keys.
+
+``ws://HOST:PORT/v1/realtime`` speaks the Realtime protocol (the official ``openai`` SDK connects unchanged with
+``OpenAI(base_url="http://HOST:PORT/v1", api_key=KEY).realtime.connect(model=...)``). ``GET /v1/sessions``
+shows every session's per-turn figures as JSON; ``GET /health`` answers ``ok``.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import http
+import json
+import logging
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from omegaconf import DictConfig, OmegaConf
+
+from s2s.config import StageSpec
+from s2s.config_errors import ConfigError
+from s2s.graph import StageSetupError
+from s2s.server import protocol
+from s2s.server.pipelines import Pool, check_shape
+from s2s.server.protocol import ProtocolError
+from s2s.server.session import Session, dumps
+from s2s.server.stages import SocketSink, SocketSource
+from s2s.stage import require
+
+log = logging.getLogger("s2s.server")
+PATH = "/v1/realtime"
+FRAME_HARD_CAP = 4  # frames over max_frame_bytes * this close the connection (1009) instead of an error event
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    max_sessions: int = 2
+    api_key: str | None = None
+    max_frame_bytes: int = 1 << 20
+    min_rate: int = 8000
+    max_rate: int = 48000
+    max_instructions_chars: int = 20000
+    idle_timeout_s: float = 600.0
+
+    @property
+    def limits(self) -> protocol.Limits:
+        return protocol.Limits(self.max_frame_bytes, self.min_rate, self.max_rate, self.max_instructions_chars)
+
+
+def read_settings(node: DictConfig) -> tuple[Settings, list[ConfigError]]:
+    """``cfg.server`` -> Settings, with one error per unknown key or bad value (key, value, what is valid)."""
+    values = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(values, dict)
+    known = Settings.__dataclass_fields__
+    errors = [ConfigError(f"server.{key}", value, f"a known key; server takes: {', '.join(known)}")
+              for key, value in values.items() if key not in known]
+    rules: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
+        "host": (str, lambda v: bool(v), "a host name or address (127.0.0.1 keeps it on this machine)"),
+        "port": (int, lambda v: 0 <= v <= 65535, "a TCP port 0-65535 (0: any free port)"),
+        "max_sessions": (int, lambda v: 1 <= v <= 64, "an integer from 1 to 64"),
+        "api_key": ((str, type(None)), lambda v: v is None or len(v) >= 8, "null or a key of 8+ characters"),
+        "max_frame_bytes": (int, lambda v: 1024 <= v <= 64 << 20, "bytes from 1024 to 67108864"),
+        "min_rate": (int, lambda v: 8000 <= v <= 192000, "a rate in Hz from 8000 to 192000"),
+        "max_rate": (int, lambda v: 8000 <= v <= 192000, "a rate in Hz from 8000 to 192000"),
+        "max_instructions_chars": (int, lambda v: v >= 1, "a positive integer"),
+        "idle_timeout_s": ((int, float), lambda v: v > 0, "a positive number of seconds"),
+    }
+    accepted = {}
+    for key, (kinds, check, expected) in rules.items():
+        if key not in values:
+            continue
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, kinds) or not check(value):
+            errors.append(ConfigError(f"server.{key}", value, expected))
+        else:
+            accepted[key] = value
+    settings = Settings(**accepted)
+    if settings.min_rate > settings.max_rate:
+        errors.append(ConfigError("server.min_rate", settings.min_rate, f"at most server.max_rate "
+                                                                        f"({settings.max_rate})"))
+    return settings, errors
+
+
+def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
+    """The stages each session gets: the socket instead of the configured source and sink."""
+    return [StageSpec(specs[0].group, "s2s.server.stages.SocketSource", SocketSource, {}), *specs[1:-1],
+            StageSpec(specs[-1].group, "s2s.server.stages.SocketSink", SocketSink, {})]
+
+
+def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit code (0 stopped, 1 could not start, 2 bad config)."""
+    from s2s.app import describe_graph  # the same dry-run lines as a local run
+
+    settings, errors = read_settings(cfg.server)
+    errors += check_shape(specs)
+    if errors:
+        for error in errors:
+            print(f"config error: {error}", file=sys.stderr)
+        return 2
+    if cfg.dry_run:
+        print(f"server: ws://{settings.host}:{settings.port}{PATH}, max_sessions={settings.max_sessions}, "
+              f"api_key={'set' if settings.api_key else 'none'}; each session gets its own")
+        print(describe_graph(cfg, session_specs(specs)))
+        return 0
+    require("websockets", backend="server=realtime", extra="server")
+    pool = Pool(specs, settings.max_sessions)
+    try:
+        pool.setup(warm_up=bool(cfg.runner.warm_up))
+        return asyncio.run(_serve(cfg, specs, pool, settings))
+    except StageSetupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # the port is taken, the address is not ours
+        print(f"error: cannot listen on {settings.host}:{settings.port}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C before the loop could take signals over
+        return 130
+    finally:
+        pool.close()
+
+
+class _Registry:
+    """Sessions now and recently ended, for ``GET /v1/sessions``."""
+
+    def __init__(self) -> None:
+        self.active: dict[str, Session] = {}
+        self.ended: deque[dict[str, Any]] = deque(maxlen=200)
+        self.count = 0
+        self.refused = 0
+
+    def document(self, settings: Settings) -> dict[str, Any]:
+        def safe(session: Session) -> dict[str, Any]:
+            for _ in range(3):  # the graph's threads may add a turn while we read
+                try:
+                    return session.describe()
+                except RuntimeError:
+                    time.sleep(0.01)
+            return {"id": session.id, "status": session.status}
+
+        return {"max_sessions": settings.max_sessions, "active": len(self.active), "refused": self.refused,
+                "sessions": [*self.ended, *(safe(s) for s in list(self.active.values()))]}
+
+
+def _json_response(status: http.HTTPStatus, body: dict[str, Any]) -> Any:
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    data = json.dumps(body, indent=2).encode()
+    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+                       ("Connection", "close")])
+    return Response(status.value, status.phrase, headers, data)
+
+
+async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: Settings) -> int:
+    from websockets.asyncio.server import serve
+    from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+
+    registry = _Registry()
+    sessions_dir = Path(cfg.output_dir) / "sessions"
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+
+    def authorized(header: str | None) -> bool:
+        if not settings.api_key:
+            return True
+        scheme, _, key = (header or "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), settings.api_key.encode())
+
+    def process_request(connection: Any, request: Any) -> Any:
+        path = urlsplit(request.path).path.rstrip("/") or "/"
+        if path == "/health":
+            return _json_response(http.HTTPStatus.OK, {"status": "ok"})
+        if not authorized(request.headers.get("Authorization")):
+            log.info("refused a connection to %s: missing or wrong API key", path)
+            return _json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
+                "type": "invalid_request_error", "code": "invalid_api_key",
+                "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>'"}})
+        if path == "/v1/sessions":
+            return _json_response(http.HTTPStatus.OK, registry.document(settings))
+        if path != PATH:
+            return _json_response(http.HTTPStatus.NOT_FOUND, {"error": {
+                "type": "invalid_request_error", "code": "not_found",
+                "message": f"no such endpoint {path}; the realtime endpoint is {PATH}"}})
+        if request.headers.get("Upgrade", "").lower() != "websocket":
+            return _json_response(http.HTTPStatus.UPGRADE_REQUIRED, {"error": {
+                "type": "invalid_request_error", "code": "websocket_required",
+                "message": f"{PATH} is a WebSocket endpoint"}})
+        return None
+
+    async def handler(connection: Any) -> None:
+        pipeline = pool.acquire()
+        if pipeline is None:
+            registry.refused += 1
+            log.info("refused a session: all %d are in use", settings.max_sessions)
+            error = ProtocolError("session_limit_reached", f"all {settings.max_sessions} sessions of this server "
+                                                           f"are in use (server.max_sessions); try again later")
+            try:
+                await connection.send(dumps(protocol.error_event(error)))
+                await connection.close(1013, "session limit reached")
+            except ConnectionClosed:
+                pass
+            return
+        registry.count += 1
+        session_id = protocol.new_id("sess")
+        query = parse_qs(urlsplit(connection.request.path).query)
+
+        async def send(server_event: dict[str, Any]) -> None:
+            await connection.send(dumps(server_event))
+
+        session = Session(session_id, cfg, specs, pipeline, settings.limits, send,
+                          sessions_dir / f"{registry.count:04d}-{session_id}", model=query.get("model", ["s2s"])[0])
+        registry.active[session_id] = session
+        log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,
+                 pool.size)
+        writer = asyncio.create_task(_write(session))
+        session.say(protocol.event("session.created", session=session.session_object()))
+        status = "closed"
+        try:
+            while True:
+                try:
+                    frame = await asyncio.wait_for(connection.recv(), settings.idle_timeout_s)
+                except TimeoutError:
+                    session.fail(ProtocolError("idle_timeout", f"no event for {settings.idle_timeout_s:g} s "
+                                                               f"(server.idle_timeout_s); closing the session"))
+                    status = "idle_timeout"
+                    break
+                await session.handle(frame)
+        except ConnectionClosedOK:
+            status = "closed"
+        except ConnectionClosed:
+            status = "disconnected"
+        finally:
+            session.post(("close", None))
+            try:
+                await asyncio.wait_for(writer, 5.0)
+            except (TimeoutError, ConnectionClosed, asyncio.CancelledError):
+                writer.cancel()
+            await loop.run_in_executor(None, session.close, status)
+            pool.give_back(pipeline)
+            registry.ended.append(session.describe())
+            registry.active.pop(session_id, None)
+            summary = session.recorder.summary()
+            log.info("session %s: %s after %d turn(s), %d response(s) completed, %d cancelled; median "
+                     "voice-to-voice %s s", session_id, status, summary["turns"], session.responses_completed,
+                     session.responses_cancelled, summary["median"].get("voice_to_voice_s"))
+            if status == "idle_timeout":
+                await connection.close(1000, "idle timeout")
+
+    hard_cap = settings.max_frame_bytes * FRAME_HARD_CAP
+    async with serve(handler, settings.host, settings.port, process_request=process_request, max_size=hard_cap,
+                     compression=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="
+              f"{settings.max_sessions}, api key {'required' if settings.api_key else 'not required'}); "
+              f"sessions' metrics at http://{settings.host}:{port}/v1/sessions", flush=True)
+        await stop.wait()
+        log.info("stopping: closing %d session(s)", len(registry.active))
+    return 0
+
+
+async def _write(session: Session) -> None:
+    """The session's writer; a bug while translating one event is logged and the session goes on."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        await session.writer()
+    except ConnectionClosed:
+        pass
