@@ -1,6 +1,6 @@
 """s2s entry point: python run.py [group=option ...] [key=value ...] [-m for sweeps].
 
-Detects the platform (appended as platform=<name> unless given), then hands over to Hydra.
+Adds platform=<detected> unless given, then hands over to Hydra, which composes the config once.
 """
 import sys
 
@@ -19,5 +19,6 @@ def main(cfg: DictConfig) -> int:
 
 
 if __name__ == "__main__":
+    cli.install()
     sys.argv = [sys.argv[0], *cli.prepare_argv(sys.argv[1:])]
     main()

@@ -5,6 +5,7 @@ It composes nothing itself (``run.py`` and Hydra do), so tests and other front e
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import traceback
@@ -17,8 +18,11 @@ from omegaconf import DictConfig
 
 from s2s.config import StageSpec, validate
 from s2s.config_errors import ConfigErrors
-from s2s.graph import Graph, StageSetupError
+from s2s.graph import Graph, Interrupted, StageSetupError
 from s2s.metrics import Recorder, format_figures
+from s2s.platform import release_memory
+from s2s.stage import Stage
+from s2s.torch_support import empty_caches
 
 log = logging.getLogger("s2s")
 
@@ -39,24 +43,40 @@ def describe_graph(cfg: DictConfig, specs: list[StageSpec]) -> str:
 
 
 @contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the graph like Ctrl-C does (only possible from the main thread)."""
+def signals_as_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (elsewhere nothing changes)."""
     def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        raise Interrupted(signum)
 
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextmanager
+def no_interrupts() -> Iterator[None]:
+    """While results are written and stages closed, a second Ctrl-C must not cut the writing short."""
+    try:
+        previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def main(cfg: DictConfig) -> int:
-    """Run one job; returns the exit code (0 ok, 1 stage failure, 2 bad config, 130 interrupted)."""
+    """Run one job; returns the exit code (0 ok, 1 stage failure, 2 bad config, 130/143 interrupted)."""
     try:
         specs = validate(cfg)
     except ConfigErrors as errors:
@@ -71,41 +91,85 @@ def main(cfg: DictConfig) -> int:
     if cfg.dry_run:
         print(describe_graph(cfg, specs))
         return 0
-
-    recorder = Recorder(cfg.output_dir, last_stage=specs[-1].group,
+    if (Path(cfg.output_dir) / "metrics.json").exists():  # never overwrite another run's results
+        print(f"config error: output_dir={cfg.output_dir}: invalid; expected a folder no other run has written "
+              f"(it holds an earlier run's metrics.json)", file=sys.stderr)
+        return EXIT_CONFIG
+    recorder = Recorder(cfg.output_dir, last_stage=specs[-1].group, console=True,
                         run_info={"stages": {spec.group: spec.target for spec in specs}})
+    graph: Graph | None = None
+    with signals_as_interrupt():
+        try:
+            graph = Graph(_build(specs), recorder, barge_in=cfg.runner.barge_in, half_duplex=cfg.runner.half_duplex,
+                          stop_timeout_s=cfg.runner.stop_timeout_s)
+            recorder.setup_s = graph.setup(warm_up=cfg.runner.warm_up)
+            if graph.live:
+                print("listening: speak now, Ctrl-C to stop", flush=True)
+            result = graph.run()
+        except Interrupted as interrupt:
+            with no_interrupts():
+                recorder.finish("interrupted", "interrupted during setup")
+                print("interrupted", file=sys.stderr)
+                _close(graph)
+            return interrupt.exit_code
+        except StageSetupError as error:  # a stage that cannot start: one clear line, details in error.log
+            with no_interrupts():
+                _fail(cfg, recorder, str(error), traceback.format_exc())
+                _close(graph)
+            return 1
+        except StageBuildError as error:  # constructors only store values; a failure here is a bug worth its traceback
+            _fail(cfg, recorder, str(error), error.details)
+            return 1
+    with no_interrupts():
+        _close(graph)
+        if result.failure:
+            _fail(cfg, recorder, str(result.failure), result.failure.traceback, status=result.status)
+        else:
+            recorder.finish(result.status)
+        summary = recorder.summary()
+        log.info("%s: %d turn(s); median %s", result.status, summary["turns"], format_figures(summary["median"]))
+        log.info("reply audio, transcript.jsonl and metrics.json in %s", Path(cfg.output_dir).resolve())
+        code = result.exit_code
+        if result.stuck and (result.status == "interrupted" or not in_multirun()):
+            # a native call still runs in a stage thread: the interpreter's teardown would abort (exit 134)
+            log.warning("leaving now: %s did not stop in time", ", ".join(result.stuck))
+            _exit_now(code)
+    return code
+
+
+class StageBuildError(RuntimeError):
+    def __init__(self, message: str, details: str) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def _build(specs: list[StageSpec]) -> list[tuple[str, Stage]]:
     stages = []
     for spec in specs:
         log.info("building %s: %s", spec.group, spec.target)
         try:
             stages.append((spec.group, spec.build()))
-        except Exception as error:  # constructors only store values; a failure here is a bug worth its traceback
-            _fail(cfg, recorder, f"stage '{spec.group}' could not be built: {type(error).__name__}: {error}",
-                  traceback.format_exc())
-            return 1
-    graph = Graph(stages, recorder, barge_in=cfg.runner.barge_in, half_duplex=cfg.runner.half_duplex,
-                  stop_timeout_s=cfg.runner.stop_timeout_s)
-    with sigterm_as_interrupt():
-        try:
-            recorder.setup_s = graph.setup(warm_up=cfg.runner.warm_up)
-            result = graph.run()
-        except KeyboardInterrupt:
-            recorder.finish("interrupted", "interrupted during setup")
-            print("interrupted", file=sys.stderr)
-            return 130
-        except StageSetupError as error:  # a stage that cannot start: one clear line, details in error.log
-            _fail(cfg, recorder, str(error), traceback.format_exc())
-            return 1
-        finally:
-            graph.close()
-    if result.failure:
-        _fail(cfg, recorder, str(result.failure), result.failure.traceback, status=result.status)
-    else:
-        recorder.finish(result.status)
-    summary = recorder.summary()
-    log.info("%s: %d turn(s); median %s", result.status, summary["turns"], format_figures(summary["median"]))
-    log.info("reply audio, transcript.jsonl and metrics.json in %s", Path(cfg.output_dir).resolve())
-    return result.exit_code
+        except Exception as error:
+            raise StageBuildError(f"stage '{spec.group}' could not be built: {type(error).__name__}: {error}",
+                                  traceback.format_exc()) from error
+    return stages
+
+
+def _close(graph: Graph | None) -> None:
+    """Close every stage and give what it loaded back, so the next job in this process starts clean."""
+    if graph is not None:
+        graph.close()
+        graph.stages.clear()
+    empty_caches()
+    release_memory()
+
+
+def _exit_now(code: int) -> None:
+    """End the process without interpreter teardown (results are already written and closed)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _fail(cfg: DictConfig, recorder: Recorder, message: str, details: str, status: str = "failed") -> None:

@@ -1,38 +1,28 @@
-"""Command-line front: platform detection and clear errors for overrides Hydra cannot compose.
+"""Command-line front: the detected platform, and one clear line per problem where Hydra would print a page.
 
-Hydra reports an unknown group option or key with a multi-line message and exit code 1; s2s promises one line
-per problem (what was given, what would be valid) and exit code 2, before anything else happens.
+``run.py`` hands the command line to Hydra unchanged except for ``platform=<detected>``. Hydra composes the
+config once; :func:`install` wraps that composition, so that
+
+* an override Hydra refuses (unknown group option, unknown key) is explained after the refusal, together with
+  every bad value among the other overrides, one line each, exit code 2;
+* a ``_target_`` outside the s2s package anywhere in the composed config, ``hydra.*`` included, is refused
+  before Hydra instantiates anything (only Hydra's own launcher and sweeper plugins are let through).
 """
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
-from hydra import compose, initialize_config_dir
-from hydra.errors import ConfigCompositionException, MissingConfigException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from s2s.config_errors import ConfigErrors
 from s2s.platform import detect
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-_HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--info", "-i", "--config-path", "-cp",
-                           "--config-name", "-cn", "--config-dir", "-cd", "--experimental-rerun"}
-
-
-def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(Hydra flags with their values, overrides)."""
-    flags, overrides, index = [], [], 0
-    while index < len(argv):
-        arg = argv[index]
-        if arg in _HYDRA_FLAGS_WITH_VALUE and index + 1 < len(argv) and not argv[index + 1].startswith("-") \
-                and "=" not in argv[index + 1]:
-            flags += argv[index:index + 2]
-            index += 2
-            continue
-        (flags if arg.startswith("-") else overrides).append(arg)
-        index += 1
-    return flags, overrides
+EXIT_CONFIG = 2
 
 
 def group_options(group: str) -> list[str]:
@@ -41,31 +31,32 @@ def group_options(group: str) -> list[str]:
 
 
 def config_groups() -> list[str]:
-    return sorted(path.name for path in CONF_DIR.iterdir() if path.is_dir() and not path.name.startswith("_"))
+    """Groups a user selects (``hydra`` is Hydra's own; ``*_platform`` are applied automatically)."""
+    return sorted(path.name for path in CONF_DIR.iterdir() if path.is_dir() and not path.name.startswith("_")
+                  and path.name != "hydra" and not path.name.endswith("_platform"))
 
 
+def _is_override(arg: str) -> bool:
+    return not arg.startswith("-") and ("=" in arg or arg.startswith("~"))
+
+
+def prepare_argv(argv: list[str]) -> list[str]:
+    """Flags first, then the overrides, with ``platform=<detected>`` added unless the user chose one.
+
+    Hydra takes the overrides as one run of positional arguments after its flags; moving every argument that
+    is not an override (flags and their values, in their order) in front lets ``--cfg job`` or ``-m`` stand
+    anywhere on the line.
+    """
+    flags = [arg for arg in argv if not _is_override(arg)]
+    overrides = [arg for arg in argv if _is_override(arg)]
+    if not any(arg.lstrip("+~").split("=", 1)[0] == "platform" for arg in overrides):
+        overrides.append(f"platform={detect().platform}")
+    return [*flags, *overrides]
+
+
+# ---------------------------------------------------------------------------------------------- refusals
 def _override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
-
-
-def preflight(overrides: list[str]) -> list[str]:
-    """Compose once to catch unknown options and keys; one message per bad override (empty when fine)."""
-    problems: list[str] = []
-    remaining = [o for o in overrides if not _override_key(o).startswith("hydra")]
-    for _ in range(len(remaining) + 1):
-        try:
-            with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-                compose("config", overrides=remaining)
-            return problems
-        except (MissingConfigException, ConfigCompositionException) as error:
-            culprit = _culprit(str(error), remaining)
-            if culprit is None:
-                return problems + [str(error).strip().splitlines()[0]]
-            problems.append(_explain(culprit, remaining))
-            remaining.remove(culprit)
-        except Exception as error:  # grammar errors and the like: Hydra's first line says it well
-            return problems + [str(error).strip().splitlines()[0]]
-    return problems
 
 
 def _culprit(message: str, overrides: list[str]) -> str | None:
@@ -82,7 +73,7 @@ def _culprit(message: str, overrides: list[str]) -> str | None:
     return None
 
 
-def _explain(override: str, others: list[str]) -> str:
+def _explain(override: str, cfg: DictConfig | None) -> str:
     key, _, value = override.partition("=")
     bare = key.lstrip("+~")
     if "." not in bare and (CONF_DIR / bare).is_dir():
@@ -90,27 +81,76 @@ def _explain(override: str, others: list[str]) -> str:
     if "." not in bare:
         return f"{bare}={value}: unknown key; config groups are: {', '.join(config_groups())}"
     parent, _, leaf = bare.rpartition(".")
-    try:
-        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=[o for o in others if o != override])
-        node = OmegaConf.select(cfg, parent)
-        valid = ", ".join(str(k) for k in node.keys() if k != "_target_") if isinstance(node, DictConfig) else "?"
-    except Exception:  # a second failure only loses the hint
-        valid = "?"
+    node = OmegaConf.select(cfg, parent) if cfg is not None else None
+    valid = ", ".join(str(k) for k in node.keys() if k != "_target_") if isinstance(node, DictConfig) else "?"
     return f"{bare}={value}: unknown key '{leaf}' in '{parent}'; valid keys: {valid}"
 
 
-def prepare_argv(argv: list[str]) -> list[str]:
-    """Append ``platform=<detected>`` unless the user chose one; exit 2 on overrides that cannot compose."""
-    flags, overrides = split_argv(argv)
-    if not any(_override_key(o) == "platform" for o in overrides):
-        overrides = [*overrides, f"platform={detect().platform}"]
-    argv = [*flags, *overrides]  # flags first: argparse refuses overrides on both sides of `--cfg job`
-    multirun = "-m" in flags or "--multirun" in flags
-    if not multirun and not {"--help", "-h", "--hydra-help", "--shell-completion", "-sc"} & set(flags):
-        problems = preflight(overrides)
-        if problems:
-            for problem in problems:
-                print(f"config error: {problem}", file=sys.stderr)
-            raise SystemExit(2)
-    return argv
+def explain_refusal(compose: Any, overrides: list[str], error: Exception) -> list[str]:
+    """Hydra refused ``overrides``: name each bad one, then every bad value among the rest, one line each."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    problems: list[str] = []
+    culprits: list[str] = []
+    remaining = list(overrides)
+    cfg = None
+    for _ in range(len(overrides) + 1):
+        culprit = _culprit(str(error), remaining)
+        if culprit is None:
+            problems.append(str(error).strip().splitlines()[0])
+            break
+        culprits.append(culprit)
+        remaining.remove(culprit)
+        try:
+            cfg = compose(remaining)
+            break
+        except (MissingConfigException, ConfigCompositionException) as again:
+            error = again
+        except Exception as again:  # grammar errors and the like: Hydra's first line says it well
+            problems.append(str(again).strip().splitlines()[0])
+            break
+    problems += [_explain(culprit, cfg) for culprit in culprits]
+    if cfg is not None:  # the rest composed: report its bad values in the same pass
+        from s2s.config import validate
+
+        with open_dict(cfg):  # nothing runs: the run folder Hydra would make is not needed to check values
+            cfg.output_dir = "."
+        try:
+            validate(cfg)
+        except ConfigErrors as errors:
+            problems += [str(e) for e in errors.errors]
+    return problems
+
+
+def fail(problems: list[str]) -> None:
+    for problem in problems:
+        print(f"config error: {problem}", file=sys.stderr)
+    raise SystemExit(EXIT_CONFIG)
+
+
+def install() -> None:
+    """Wrap Hydra's composition (of the run, the sweep and each sweep job) with the explanations and the check."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.errors import ConfigCompositionException, MissingConfigException
+
+    from s2s.config import target_errors
+
+    original = ConfigLoaderImpl.load_configuration
+    if getattr(original, "s2s_guard", False):
+        return
+
+    @functools.wraps(original)
+    def load_configuration(self: ConfigLoaderImpl, config_name: str | None, overrides: list[str], run_mode: Any,
+                           *args: Any, **kwargs: Any) -> DictConfig:
+        try:
+            cfg = original(self, config_name, overrides, run_mode, *args, **kwargs)
+        except (MissingConfigException, ConfigCompositionException) as error:
+            def compose(subset: list[str]) -> DictConfig:
+                return original(self, config_name, subset, run_mode, *args, **kwargs)
+            fail(explain_refusal(compose, list(overrides), error))
+        if errors := target_errors(cfg):  # before Hydra instantiates its callbacks, launcher or sweeper
+            fail([str(error) for error in errors])
+        return cfg
+
+    load_configuration.s2s_guard = True  # type: ignore[attr-defined]
+    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]

@@ -10,26 +10,79 @@ import importlib
 import inspect
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
+from s2s.config_errors import ConfigError, ConfigErrors, OneOf, Range, ValidationContext
 from s2s.platform import DEVICES, resolve_device, valid_device
 from s2s.stage import Stage
 
 ALLOWED_PACKAGE = "s2s"
+ALLOWED_TARGETS = (ALLOWED_PACKAGE + ".",)
+# Hydra instantiates its launcher and sweeper from these packages when they are selected through their groups.
+PLUGIN_TARGETS = ("hydra_plugins.", "hydra._internal.core_plugins.")
+PLUGIN_NODES = ("hydra.launcher", "hydra.sweeper")
+# logging.config.dictConfig imports whatever a handler's `class` or a factory's `()` names.
+LOGGING_NODES = ("hydra.hydra_logging", "hydra.job_logging")
+LOGGING_CALLABLES = ("logging.", "colorlog.", "hydra.")
 MUST_EXIST = "must-exist"  # marker for typing.Annotated: the path (when not None) must exist
 
 
 # Top-level keys the runner itself reads, with what they accept.
-TOP_LEVEL: dict[str, Any] = {"dry_run": bool, "audio.sample_rate": int, "runner.barge_in": bool,
-                             "runner.half_duplex": typing.Optional[bool], "runner.stop_timeout_s": float,
+TOP_LEVEL: dict[str, Any] = {"dry_run": bool, "audio.sample_rate": typing.Annotated[int, Range(8000, 192000)],
+                             "runner.barge_in": bool, "runner.half_duplex": typing.Optional[bool],
+                             "runner.stop_timeout_s": typing.Annotated[float, Range(0.1, 60)],
                              "runner.warm_up": bool}
+
+
+def _walk(node: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
+    """(dotted key, key, value) of every leaf and node, without resolving interpolations."""
+    if isinstance(node, DictConfig):
+        for key in node.keys():
+            value = node._get_node(key)
+            dotted = f"{path}.{key}" if path else str(key)
+            yield dotted, key, value
+            yield from _walk(value, dotted)
+    elif isinstance(node, ListConfig):
+        for index in range(len(node)):
+            value = node._get_node(index)
+            yield f"{path}[{index}]", index, value
+            yield from _walk(value, f"{path}[{index}]")
+
+
+def _leaf(value: Any) -> Any:
+    if isinstance(value, (DictConfig, ListConfig)):
+        return None
+    try:
+        return value._value() if hasattr(value, "_value") else value
+    except Exception:  # an unresolvable interpolation is the validator's business, not a target
+        return None
+
+
+def target_errors(cfg: DictConfig) -> list[ConfigError]:
+    """Every ``_target_`` (and logging factory) in the composed config that s2s would not instantiate."""
+    errors = []
+    for dotted, key, node in _walk(cfg, ""):
+        value = _leaf(node)
+        if key == "_target_":
+            parent = dotted.rsplit(".", 1)[0]
+            if isinstance(value, str) and value.startswith(ALLOWED_TARGETS):
+                continue
+            if parent.startswith(PLUGIN_NODES) and isinstance(value, str) and value.startswith(PLUGIN_TARGETS):
+                continue
+            errors.append(ConfigError(dotted, value, "a class inside the 's2s' package (other callables are "
+                                                     "refused for safety; Hydra's launchers and sweepers are "
+                                                     "chosen with hydra/launcher=... and hydra/sweeper=...)"))
+        elif key in ("()", "class") and dotted.startswith(LOGGING_NODES):
+            if not (isinstance(value, str) and value.startswith(LOGGING_CALLABLES)):
+                errors.append(ConfigError(dotted, value, "a logging class (logging.*); other callables are "
+                                                         "refused for safety"))
+    return errors
 
 
 @dataclass
@@ -111,6 +164,16 @@ def _matches(value: Any, annotation: Any) -> bool:
     return True  # richer annotations are the class's own business (validate_config)
 
 
+def _constraints(annotation: Any) -> list[Range | OneOf]:
+    """The Range/OneOf markers of an annotation, looking inside Optional[...] too."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return [m for m in typing.get_args(annotation)[1:] if isinstance(m, (Range, OneOf))]
+    if origin in (typing.Union, types.UnionType):
+        return [m for arm in typing.get_args(annotation) for m in _constraints(arm)]
+    return []
+
+
 def _must_exist(annotation: Any) -> bool:
     if typing.get_origin(annotation) is typing.Annotated:
         return MUST_EXIST in typing.get_args(annotation)[1:]
@@ -147,6 +210,8 @@ def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationCo
             continue
         if not _matches(value, annotation):
             errors.append(context.error(key, value, _describe(annotation)))
+        elif value is not None and (broken := [c for c in _constraints(annotation) if not c.check(value)]):
+            errors.append(context.error(key, value, broken[0].describe()))
         elif value is not None and _must_exist(annotation) and not Path(str(value)).expanduser().exists():
             errors.append(context.error(key, value, "an existing path (no such file or directory)"))
     return errors
@@ -172,8 +237,9 @@ def _stage_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], li
 
 def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
     host = cfg.host
+    unavailable = OmegaConf.to_container(host.get("unavailable") or DictConfig({}))
     return ValidationContext(group=group, platform=str(host.name), os=str(host.os),
-                             accelerator=str(host.accelerator))
+                             accelerator=str(host.accelerator), unavailable=unavailable)
 
 
 def validate(cfg: DictConfig) -> list[StageSpec]:
@@ -189,6 +255,10 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
         value = OmegaConf.select(cfg, key)
         if not _matches(value, annotation):
             errors.append(ConfigError(key, value, _describe(annotation)))
+        elif value is not None and (broken := [c for c in _constraints(annotation) if not c.check(value)]):
+            errors.append(ConfigError(key, value, broken[0].describe()))
+    stage_targets = {f"{group}._target_" for group in cfg.get("pipeline") or []}
+    errors += [e for e in target_errors(cfg) if e.key not in stage_targets]  # stages' own: load_target below
     specs: list[StageSpec] = []
     for group in cfg.pipeline:
         node = cfg.get(group)
@@ -210,8 +280,10 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
         if "device" in kwargs and isinstance(kwargs["device"], str) and valid_device(kwargs["device"]):
             kwargs["device"] = resolve_device(kwargs["device"], context.accelerator)
         if not kwarg_errors and not problems:
+            bound = inspect.signature(cls).bind(**kwargs)
+            bound.apply_defaults()  # validate_config sees every argument, defaults included
             try:
-                cls.validate_config(kwargs, context)
+                cls.validate_config(dict(bound.arguments), context)
             except ConfigErrors as many:
                 errors += many.errors
             except ConfigError as error:

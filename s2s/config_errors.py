@@ -1,8 +1,8 @@
 """Errors and context for config validation (kept apart so stage modules can import them cheaply)."""
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -32,6 +32,48 @@ class ValidationContext:
     platform: str  # e.g. "linux", "macos"
     os: str  # linux | macos | windows
     accelerator: str  # cpu | cuda | mps
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # runtime -> why it cannot run here (host config)
 
     def error(self, key: str, value: Any, expected: str | Iterable[Any]) -> ConfigError:
         return ConfigError(f"{self.group}.{key}", value, expected)
+
+
+@dataclass(frozen=True)
+class Range:
+    """A bound on a numeric constructor argument, read by the validator: ``Annotated[int, Range(1)]``.
+
+    ``None`` leaves a side open; ``exclusive`` makes both given bounds strict (e.g. a probability in (0, 1)).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    exclusive: bool = False
+
+    def check(self, value: Any) -> bool:
+        if self.low is not None and (value <= self.low if self.exclusive else value < self.low):
+            return False
+        return not (self.high is not None and (value >= self.high if self.exclusive else value > self.high))
+
+    def describe(self) -> str:
+        if self.low is not None and self.high is not None:
+            ends = "exclusive" if self.exclusive else "inclusive"
+            return f"a number from {self.low:g} to {self.high:g} ({ends})"
+        if self.low is not None:
+            return f"a number {'>' if self.exclusive else '>='} {self.low:g}"
+        return f"a number {'<' if self.exclusive else '<='} {self.high:g}"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """A string limited to a set known at import time (language codes): ``Annotated[str, OneOf(...)]``."""
+
+    choices: tuple[str, ...]
+
+    def check(self, value: Any) -> bool:
+        return value in self.choices
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+
+RATE = Range(8000, 192000)  # an audio sample rate in Hz

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -65,15 +66,24 @@ class StageSetupError(RuntimeError):
         self.stage, self.error = stage, error
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM arrived; ``exit_code`` is the shell's 128 + signal number."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum
+
+
 @dataclass
 class RunResult:
     status: str  # completed | failed | interrupted
     failure: StageFailure | None = None
-    setup_s: dict[str, float] = field(default_factory=dict)
+    interrupt_code: int = 130  # 130 after Ctrl-C, 143 after SIGTERM
+    stuck: list[str] = field(default_factory=list)  # stage threads still inside a library call at the end
 
     @property
     def exit_code(self) -> int:
-        return {"completed": 0, "failed": 1, "interrupted": 130}[self.status]
+        return {"completed": 0, "failed": 1, "interrupted": self.interrupt_code}[self.status]
 
 
 class Graph:
@@ -91,6 +101,7 @@ class Graph:
         self._deaf_turn: int | None = None
         self.stop_timeout_s = stop_timeout_s
         self._queues: list[queue.Queue[Message]] = [queue.Queue() for _ in stages[1:]]
+        self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._failure: StageFailure | None = None
         self._failure_lock = threading.Lock()
@@ -114,8 +125,18 @@ class Graph:
             log.info("set up %s (%s) in %.2f s", name, type(stage).__name__, timings[name])
         return timings
 
+    @property
+    def live(self) -> bool:
+        """The input is live (a microphone): someone is waiting to speak."""
+        return self.stages[0][1].live  # type: ignore[attr-defined]
+
     def close(self) -> None:
+        """Close every stage whose thread has ended (a stage still inside a library call keeps its model)."""
+        busy = {thread.name for thread in self._threads if thread.is_alive()}
         for name, stage in self.stages:
+            if f"s2s-{name}" in busy:
+                log.warning("not closing %s: it is still inside a library call", name)
+                continue
             try:
                 stage.close()
             except Exception as error:  # closing must reach every stage
@@ -151,21 +172,26 @@ class Graph:
 
     def run(self) -> RunResult:
         """Run until the input ends, a stage fails, or Ctrl-C; never raises for stage errors."""
-        threads = [threading.Thread(target=self._guard, args=(index,), name=f"s2s-{name}", daemon=True)
-                   for index, (name, _) in enumerate(self.stages)]
+        threads = self._threads = [
+            threading.Thread(target=self._guard, args=(index,), name=f"s2s-{name}", daemon=True)
+            for index, (name, _) in enumerate(self.stages)]
         for thread in threads:
             thread.start()
-        interrupted = False
+        interrupt: KeyboardInterrupt | None = None
         try:
             self._wait(threads)
-        except KeyboardInterrupt:
-            interrupted = True
+        except KeyboardInterrupt as error:
+            interrupt = error
             log.warning("interrupted: stopping the graph")
             self._stop.set()
             self._wait(threads, deadline=time.monotonic() + self.stop_timeout_s)
+        stuck = [thread.name.removeprefix("s2s-") for thread in threads if thread.is_alive()]
         if self._failure:
-            return RunResult("failed", self._failure)
-        return RunResult("interrupted" if interrupted else "completed")
+            return RunResult("failed", self._failure, stuck=stuck)
+        if interrupt is not None:
+            code = interrupt.exit_code if isinstance(interrupt, Interrupted) else 130
+            return RunResult("interrupted", interrupt_code=code, stuck=stuck)
+        return RunResult("completed", stuck=stuck)
 
     def _wait(self, threads: list[threading.Thread], deadline: float | None = None) -> None:
         while any(thread.is_alive() for thread in threads):

@@ -82,7 +82,7 @@ class Recorder:
     """
 
     def __init__(self, output_dir: str | Path, last_stage: str = "sink",
-                 run_info: dict[str, Any] | None = None) -> None:
+                 run_info: dict[str, Any] | None = None, console: bool = False) -> None:
         self.output_dir = Path(output_dir)
         self.last_stage = last_stage  # a turn is finished when its TurnEnd leaves this stage
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -95,6 +95,7 @@ class Recorder:
         self.status = "running"
         self.error: str | None = None
         self._tts_open: dict[int, float] = {}
+        self.console = console  # print each heard turn and each reply sentence as it happens
         self._lock = threading.Lock()
 
     def _turn(self, number: int) -> Turn:
@@ -132,9 +133,11 @@ class Recorder:
             elif isinstance(message, Transcript):
                 turn = self._turn(message.turn)
                 turn.stt_end, turn.user, turn.language = now, message.text, message.language
+                self._say(f"you: {message.text}")
             elif isinstance(message, ReplyText):
                 turn = self._turn(message.turn)
                 turn.llm_first_sentence = turn.llm_first_sentence or now
+                self._say(("assistant: " if not turn.assistant else "           ") + message.text)
                 turn.assistant.append(message.text)
             elif isinstance(message, ReplyAudio):
                 turn = self._turn(message.turn)
@@ -157,6 +160,10 @@ class Recorder:
                 self._turn(metric.turn).reported[metric.name] = metric.value
 
     # --- output -------------------------------------------------------------------------------------
+    def _say(self, line: str) -> None:
+        if self.console:
+            print(line, flush=True)
+
     def _finish(self, turn: Turn) -> None:
         record = turn.record()
         with self.transcript_path.open("a", encoding="utf-8") as file:

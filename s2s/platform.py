@@ -62,19 +62,6 @@ def valid_device(value: str) -> bool:
     return value in DEVICES or (value.startswith("cuda:") and value[5:].isdigit())
 
 
-def check_device_available(device: str) -> None:
-    """Fail clearly when a torch device was chosen that this machine does not have (called at setup)."""
-    if device == "cpu":
-        return
-    import torch
-
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device={device} was chosen but this machine has no usable CUDA "
-                           f"(torch {torch.__version__}); use device=cpu or device=auto")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise RuntimeError("device=mps was chosen but MPS is not available here; use device=cpu or device=auto")
-
-
 def user_cache_dir() -> str:
     """Where s2s keeps converted models: $S2S_CACHE_DIR, else the OS's per-user cache folder."""
     if os.environ.get("S2S_CACHE_DIR"):
@@ -95,6 +82,23 @@ def peak_memory_mb() -> float | None:
         return None
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
+
+
+def release_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the system (glibc keeps them otherwise).
+
+    A sweep runs its jobs in one process: without this, each job starts where the last one's peak left off.
+    """
+    import gc
+
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+            pass
 
 
 def reset_peak_memory() -> bool:

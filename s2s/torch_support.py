@@ -70,3 +70,33 @@ def torch_dtype(name: str, device: str):  # noqa: ANN201 - returns a torch.dtype
     if device == "mps":
         return torch.float16
     return torch.float32
+
+
+def usable_device(device: str) -> str:
+    """The torch device to load on; fails clearly when this machine lacks it (called at setup).
+
+    Config validation has already turned ``auto`` into the platform's accelerator; a stage built directly
+    with ``auto`` runs on the CPU.
+    """
+    if device in ("cpu", "auto"):
+        return "cpu"
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={device} was chosen but this machine has no usable CUDA "
+                           f"(torch {torch.__version__}); use device=cpu or device=auto")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError("device=mps was chosen but MPS is not available here; use device=cpu or device=auto")
+    return device
+
+
+def empty_caches() -> None:
+    """Give the memory torch caches for reuse back (only where torch is already imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    mps = getattr(torch, "mps", None)
+    if mps is not None and torch.backends.mps.is_available():
+        mps.empty_cache()

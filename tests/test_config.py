@@ -90,7 +90,7 @@ def test_bad_enum_value_names_key_value_and_choices(tmp_path):
 
 def test_speed_out_of_range(tmp_path):
     [message] = errors_of(["tts.speed=0"], tmp_path)
-    assert message.startswith("tts.speed=0") and "0.25 and 4.0" in message
+    assert message.startswith("tts.speed=0") and "from 0.25 to 4" in message
 
 
 def test_bad_type_and_bad_device(tmp_path):

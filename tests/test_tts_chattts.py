@@ -142,7 +142,7 @@ def test_unknown_config_override_names_the_key(chattts_dir, chattts):
     (["tts.verify_hashes=false"], "tts.verify_hashes=False: invalid; expected true unless model is a local folder"),
     (["tts.compile=true"], "tts.compile=True: invalid; expected false with device=cpu"),
     (["tts.model=/no/such/chattts"], "tts.model=/no/such/chattts: invalid; expected an existing path"),
-    (["tts.stream_batch=0"], "tts.stream_batch=0: invalid; expected an integer of at least 1"),
+    (["tts.stream_batch=0"], "tts.stream_batch=0: invalid; expected a number from 1 to 1000"),
 ])
 def test_validation_names_key_value_and_what_is_valid(overrides, fragment):
     with pytest.raises(ConfigErrors, match=re.escape(fragment)):

@@ -10,7 +10,7 @@ import numpy as np
 
 from s2s import audio
 from s2s.config import MUST_EXIST
-from s2s.config_errors import ValidationContext
+from s2s.config_errors import RATE, Range, ValidationContext
 from s2s.messages import AudioChunk, Data, Message, ReplyAudio
 from s2s.stage import Source, Stage
 
@@ -28,8 +28,9 @@ class FileSource(Source):
 
     emits = (AudioChunk,)
 
-    def __init__(self, path: Annotated[str, MUST_EXIST], sample_rate: int = 16000, chunk_ms: int = 32,
-                 realtime: bool = False, trailing_silence_ms: int = 1000) -> None:
+    def __init__(self, path: Annotated[str, MUST_EXIST], sample_rate: Annotated[int, RATE] = 16000,
+                 chunk_ms: Annotated[int, Range(1, 1000)] = 32, realtime: bool = False,
+                 trailing_silence_ms: Annotated[int, Range(0, 60000)] = 1000) -> None:
         self.path = Path(path).expanduser()
         self.sample_rate = sample_rate
         self.chunk_size = sample_rate * chunk_ms // 1000
@@ -43,8 +44,6 @@ class FileSource(Source):
             audio.probe_audio(Path(kwargs["path"]).expanduser())
         except ValueError as error:
             raise context.error("path", kwargs["path"], f"a WAV/FLAC speech file; this one {error}") from None
-        if kwargs.get("chunk_ms", 32) <= 0:
-            raise context.error("chunk_ms", kwargs["chunk_ms"], "a positive number of milliseconds")
 
     def setup(self) -> None:
         samples = audio.read_audio(self.path, self.sample_rate)
@@ -73,7 +72,8 @@ class FileSink(Stage):
 
     accepts = (ReplyAudio,)
 
-    def __init__(self, path: str = "reply.wav", sample_rate: int | None = None, turn_gap_ms: int = 300) -> None:
+    def __init__(self, path: str = "reply.wav", sample_rate: Annotated[int, RATE] | None = None,
+                 turn_gap_ms: Annotated[int, Range(0, 10000)] = 300) -> None:
         self.path = Path(path).expanduser()
         self.sample_rate = sample_rate
         self.turn_gap_ms = turn_gap_ms

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
+from s2s.config_errors import RATE, Range
 from s2s import audio
 from s2s.messages import AudioChunk, Data, Message, ReplyAudio
 from s2s.stage import Source, Stage
@@ -56,7 +57,7 @@ class MicSource(Source):
     live = True
     emits = (AudioChunk,)
 
-    def __init__(self, sample_rate: int = 16000, chunk_ms: int = 32,
+    def __init__(self, sample_rate: Annotated[int, RATE] = 16000, chunk_ms: Annotated[int, Range(1, 1000)] = 32,
                  audio_device: int | str | None = None) -> None:
         self.sample_rate = sample_rate
         self.chunk_size = sample_rate * chunk_ms // 1000
@@ -102,7 +103,7 @@ class SpeakerSink(Stage):
 
     accepts = (ReplyAudio,)
 
-    def __init__(self, sample_rate: int | None = None, audio_device: int | str | None = None) -> None:
+    def __init__(self, sample_rate: Annotated[int, RATE] | None = None, audio_device: int | str | None = None) -> None:
         self.sample_rate = sample_rate
         self.audio_device = audio_device
         self._sounddevice: Any = None

@@ -7,14 +7,14 @@ import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from s2s.config_errors import Range
 from s2s import torch_support
 from s2s.cache import build_once, cache_root
 from s2s.config_errors import ValidationContext
 from s2s.llm.base import LLMStage
 from s2s.llm.tools import ToolCall, ToolCallFilter, ToolResult, check_module
-from s2s.platform import check_device_available, resolve_device
 from s2s.stage import MissingExtraError, Stage, require
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,10 @@ def convert_packaged(out: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     source = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     log.info("[2/3] copying weights")  # save_pretrained refuses a GGUF-loaded model: copy into a fresh one
-    model = AutoModelForCausalLM.from_config(source.config, dtype=torch.bfloat16)
+    config = source.config
+    if hasattr(config, "quantization_config"):  # dequantized now: a stale gguf entry only warns at each load
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.load_state_dict(source.state_dict())
     model.generation_config = source.generation_config
     log.info("[3/3] saving safetensors")
@@ -49,12 +52,22 @@ def convert_packaged(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
+def drop_gguf_quantization(config_file: Path) -> None:
+    """Caches converted by older s2s versions kept the GGUF's quantization_config ("Unknown quantization type")."""
+    config = json.loads(config_file.read_text())
+    if "quantization_config" in config:
+        del config["quantization_config"]
+        config_file.write_text(json.dumps(config, indent=2))
+
+
 def resolve_model(model: str, cache_dir: str | None) -> str:
     if Path(model).expanduser().exists():
         return str(Path(model).expanduser())
     if model == PACKAGED_NAME:
         target = cache_root(cache_dir) / "smollm2-135m-instruct"
-        return str(build_once(target, convert_packaged, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)"))
+        path = build_once(target, convert_packaged, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)")
+        drop_gguf_quantization(path / "config.json")
+        return str(path)
     return model  # a hub id: transformers resolves it (offline: from the local HF cache only)
 
 
@@ -75,11 +88,12 @@ class TransformersLM(LLMStage, Stage):
 
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto",
                  dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
-                 system_prompt: str | None = None, max_new_tokens: int = 64, history_turns: int = 4,
-                 temperature: float = 0.0, cache_dir: str | None = None,
+                 system_prompt: str | None = None, max_new_tokens: Annotated[int, Range(1, 4096)] = 64,
+                 history_turns: Annotated[int, Range(0, 1000)] = 4,
+                 temperature: Annotated[float, Range(0, 5)] = 0.0, cache_dir: str | None = None,
                  tools: str | None = None) -> None:
         self.model_name = model
-        self.device = resolve_device(device, "cpu")  # the runner resolves auto first; this is for direct use
+        self.device = device
         self.dtype = dtype
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -89,7 +103,7 @@ class TransformersLM(LLMStage, Stage):
         self._tokenizer: Any = None
 
     def setup(self) -> None:
-        check_device_available(self.device)
+        self.device = torch_support.usable_device(self.device)
         torch_support.prepare()
         transformers = require("transformers", backend="llm=transformers", extra="default")
         self._load_tools()

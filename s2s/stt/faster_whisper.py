@@ -4,8 +4,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from s2s.stt.languages import WHISPER_LANGUAGES
+from s2s.config_errors import OneOf, Range
 from s2s import audio
 from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
 from s2s.stage import Stage, require
@@ -47,7 +49,8 @@ class FasterWhisperSTT(Stage):
 
     def __init__(self, model: str = "tiny.en", device: str = "auto",
                  compute_type: Literal["default", "int8", "int8_float16", "float16", "float32"] = "default",
-                 language: str | None = "en", beam_size: int = 1) -> None:
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 beam_size: Annotated[int, Range(1, 20)] = 1) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("mps", "auto") else device
         self.compute_type = compute_type

@@ -10,8 +10,7 @@ from typing import Annotated, Any
 
 from s2s import torch_support
 from s2s.config import MUST_EXIST
-from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
-from s2s.platform import check_device_available, resolve_device
+from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 
@@ -85,12 +84,15 @@ class ChatTTSTTS(TTSStage):
     sample_rate = 24000
 
     def __init__(self, model: Annotated[str, MUST_EXIST] | None = None, device: str = "auto",
-                 speaker_seed: int | None = 42, temperature: float = 0.3, top_p: float = 0.7, top_k: int = 20,
-                 max_new_tokens: int = 2048, stream_batch: int = 24, refine_text: bool = False,
+                 speaker_seed: Annotated[int, Range(0, 2**32 - 1)] | None = 42,
+                 temperature: Annotated[float, Range(0.01, 5)] = 0.3, top_p: Annotated[float, Range(0.01, 1)] = 0.7,
+                 top_k: Annotated[int, Range(1, 1000)] = 20,
+                 max_new_tokens: Annotated[int, Range(1, 65536)] = 2048,
+                 stream_batch: Annotated[int, Range(1, 1000)] = 24, refine_text: bool = False,
                  compile: bool = False, config_overrides: dict[str, Any] | None = None,
                  verify_hashes: bool = True) -> None:
         self.model = model
-        self.device = resolve_device(device, "cpu")  # the runner resolves auto first; this is for direct use
+        self.device = device
         self.speaker_seed = speaker_seed
         self.temperature = temperature
         self.top_p = top_p
@@ -108,24 +110,18 @@ class ChatTTSTTS(TTSStage):
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         errors = []
-        if not kwargs.get("verify_hashes", True) and kwargs.get("model") is None:
+        if not kwargs["verify_hashes"] and kwargs["model"] is None:
             errors.append(context.error("verify_hashes", False, "true unless model is a local folder "
                                         "(hub downloads are not hash-checked)"))
-        device = kwargs.get("device", "auto")
-        if kwargs.get("compile") and not device.startswith("cuda"):
+        device = kwargs["device"]
+        if kwargs["compile"] and not device.startswith("cuda"):
             errors.append(context.error("compile", True, f"false with device={device} "
                                         "(ChatTTS compiles the GPT only on CUDA)"))
-        for key in ("temperature", "top_p"):
-            if key in kwargs and not kwargs[key] > 0:
-                errors.append(context.error(key, kwargs[key], "a number above 0"))
-        for key in ("top_k", "max_new_tokens", "stream_batch"):
-            if key in kwargs and kwargs[key] < 1:
-                errors.append(context.error(key, kwargs[key], "an integer of at least 1"))
         if errors:
             raise ConfigErrors(errors)
 
     def setup(self) -> None:
-        check_device_available(self.device)
+        self.device = torch_support.usable_device(self.device)
         torch_support.prepare()  # ChatTTS imports torchaudio (a CUDA-only wheel beside a CPU torch)
         chattts = require("ChatTTS", backend="tts=chattts", extra="chattts")
         import torch

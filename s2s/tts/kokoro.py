@@ -6,15 +6,13 @@ language the STT detected: one G2P pipeline per Kokoro ``lang_code``, all sharin
 """
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from s2s import torch_support
-from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
-from s2s.platform import check_device_available
+from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 from s2s.tts.g2p import packaged_spacy_model
@@ -32,7 +30,6 @@ LANGUAGES = {"en": ("a", "af_heart"), "es": ("e", "ef_dora"), "fr": ("f", "ff_si
 ENGLISH = ("a", "b")  # American and British English are both "en" to the STT
 G2P_EXTRAS = {"j": "misaki[ja]", "z": "misaki[zh]"}  # languages whose G2P needs more than kokoro installs
 VOICE_SUFFIX = {"torch": ".pt", "mlx": ".safetensors"}
-MLX_OS = ("macos", "linux")  # mlx wheels: Apple silicon (Metal) and Linux (mlx[cpu])
 
 LangCode = Literal["a", "b", "e", "f", "h", "i", "j", "p", "z"]
 
@@ -83,8 +80,9 @@ class KokoroTTS(TTSStage):
 
     sample_rate = 24000
 
-    def __init__(self, voice: str = "af_heart", lang_code: LangCode = "a", speed: float = 1.0,
-                 model: str = DEFAULT_MODEL, backend: Literal["torch", "mlx"] = "torch", device: str = "cpu") -> None:
+    def __init__(self, voice: str = "af_heart", lang_code: LangCode = "a",
+                 speed: Annotated[float, Range(0.25, 4)] = 1.0, model: str = DEFAULT_MODEL,
+                 backend: Literal["torch", "mlx"] = "torch", device: str = "cpu") -> None:
         self.voice = voice
         self.lang_code = lang_code
         self.speed = speed
@@ -98,16 +96,11 @@ class KokoroTTS(TTSStage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        bound = inspect.signature(cls).bind(**kwargs)
-        bound.apply_defaults()
-        args = bound.arguments
-        backend, voice, model = args["backend"], args["voice"], args["model"]
+        backend, voice, model = kwargs["backend"], kwargs["voice"], kwargs["model"]
         errors: list[ConfigError] = []
-        if backend == "mlx" and (context.os not in MLX_OS or context.platform == "macos_intel"):
-            errors.append(context.error("backend", backend, f"torch on platform {context.platform} (mlx runs on "
-                                                            f"Apple silicon and on Linux with mlx[cpu])"))
-        if not args["speed"] > 0:
-            errors.append(context.error("speed", args["speed"], "a positive number (1.0 = normal)"))
+        if backend == "mlx" and "mlx" in context.unavailable:
+            errors.append(context.error("backend", backend, f"torch on platform {context.platform} "
+                                                            f"({context.unavailable['mlx']})"))
         if is_voice_file(voice):
             if not voice.endswith(VOICE_SUFFIX[backend]):
                 errors.append(context.error("voice", voice, f"a voice name or a {VOICE_SUFFIX[backend]} voice file "
@@ -135,7 +128,7 @@ class KokoroTTS(TTSStage):
 
     def _load_torch(self) -> None:
         kokoro = require("kokoro", backend="tts=kokoro", extra="kokoro")
-        check_device_available(self.device)
+        self.device = torch_support.usable_device(self.device)
         folder = local_model(self.model)
         config = weights = None
         if folder is not None:

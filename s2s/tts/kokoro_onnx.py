@@ -7,12 +7,12 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from s2s.cache import build_once, cache_root
-from s2s.config_errors import ValidationContext
+from s2s.config_errors import Range
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 from s2s.tts.g2p import english_g2p
@@ -50,19 +50,15 @@ class KokoroOnnxTTS(TTSStage):
 
     sample_rate = 24000
 
-    def __init__(self, voice: Literal[VOICES] = "jf_alpha", speed: float = 1.0,  # type: ignore[valid-type]
-                 british: bool = False, model: str | None = None, cache_dir: str | None = None) -> None:
+    def __init__(self, voice: Literal[VOICES] = "jf_alpha",  # type: ignore[valid-type]
+                 speed: Annotated[float, Range(0.25, 4)] = 1.0, british: bool = False, model: str | None = None,
+                 cache_dir: str | None = None) -> None:
         self.voice = voice
         self.speed = speed
         self.british = british
         self.model = model
         self.cache_dir = cache_dir
         self._session: Any = None
-
-    @classmethod
-    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        if not 0.25 <= kwargs.get("speed", 1.0) <= 4.0:
-            raise context.error("speed", kwargs["speed"], "a speaking rate between 0.25 and 4.0 (1.0 = normal)")
 
     def setup(self) -> None:
         onnxruntime = require("onnxruntime", backend="tts=kokoro_onnx", extra="default")

@@ -5,11 +5,10 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from s2s import torch_support
-from s2s.config_errors import ConfigErrors, ValidationContext
-from s2s.platform import check_device_available, resolve_device
+from s2s.config_errors import ConfigErrors, Range, ValidationContext
 from s2s.stage import require
 from s2s.text import SentenceSplitter
 from s2s.tts.base import TTSStage
@@ -70,11 +69,12 @@ class MmsTTS(TTSStage):
     """
 
     def __init__(self, language: str = "en", model: str | None = None, models: dict[str, str] | None = None,
-                 device: str = "auto", speaking_rate: float | None = None, noise_scale: float | None = None) -> None:
+                 device: str = "auto", speaking_rate: Annotated[float, Range(0.25, 4)] | None = None,
+                 noise_scale: Annotated[float, Range(0, 2)] | None = None) -> None:
         self.language = language
         self.model = model
         self.models = dict(models or {})
-        self.device = resolve_device(device, "cpu")  # the runner resolves auto first; this is for direct use
+        self.device = device
         self.speaking_rate = speaking_rate
         self.noise_scale = noise_scale
         self._loaded: dict[str, tuple[Any, Any]] = {}  # model name -> (VitsModel, tokenizer)
@@ -83,13 +83,13 @@ class MmsTTS(TTSStage):
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         errors = []
-        language = kwargs.get("language", "en")
-        models = kwargs.get("models") or {}
+        language = kwargs["language"]
+        models = kwargs["models"] or {}
         if language not in LANGUAGES and language not in models:
             errors.append(context.error("language", language, "a code with an MMS model: "
                                         + ", ".join(sorted({*LANGUAGES, *models}))
                                         + " (or add one under models)"))
-        if kwargs.get("model") is not None and language in models:
+        if kwargs["model"] is not None and language in models:
             errors.append(context.error("model", kwargs["model"], f"null when models.{language} is set "
                                         "(both name the model of the configured language)"))
         for code, name in models.items():
@@ -98,14 +98,10 @@ class MmsTTS(TTSStage):
             elif _looks_local(name) and not Path(name).expanduser().exists():
                 errors.append(context.error(f"models.{code}", name, "an existing local folder "
                                             "(no such directory), or a hub id such as facebook/mms-tts-fra"))
-        model = kwargs.get("model")
+        model = kwargs["model"]
         if isinstance(model, str) and _looks_local(model) and not Path(model).expanduser().exists():
             errors.append(context.error("model", model, "an existing local folder (no such directory), "
                                         "or a hub id such as facebook/mms-tts-eng"))
-        if kwargs.get("speaking_rate") is not None and not kwargs["speaking_rate"] > 0:
-            errors.append(context.error("speaking_rate", kwargs["speaking_rate"], "null or a number above 0"))
-        if kwargs.get("noise_scale") is not None and kwargs["noise_scale"] < 0:
-            errors.append(context.error("noise_scale", kwargs["noise_scale"], "null or a number of at least 0"))
         if errors:
             raise ConfigErrors(errors)
 
@@ -131,7 +127,7 @@ class MmsTTS(TTSStage):
         return self._loaded[name]
 
     def setup(self) -> None:
-        check_device_available(self.device)
+        self.device = torch_support.usable_device(self.device)
         torch_support.prepare()  # transformers imports torchaudio whenever it is installed
         model, _ = self._load(self.model_for(self.language))  # type: ignore[arg-type] - validated
         self.sample_rate = model.config.sampling_rate

@@ -7,16 +7,15 @@ sets it.
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
-from s2s.platform import check_device_available
+from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.stage import require
+from s2s.torch_support import usable_device
 from s2s.tts.base import TTSStage
 
 # pocket-tts's predefined voices (pocket_tts.utils.utils._ORIGINS_OF_PREDEFINED_VOICES, 4.0): states computed
@@ -52,7 +51,8 @@ class PocketTTS(TTSStage):
 
     sample_rate = 24000
 
-    def __init__(self, voice: str = "alba", language: str = "english", max_tokens: int = MAX_TOKENS_PER_CHUNK,
+    def __init__(self, voice: str = "alba", language: str = "english",
+                 max_tokens: Annotated[int, Range(1, 10000)] = MAX_TOKENS_PER_CHUNK,
                  model: str | None = None, device: str = "cpu") -> None:
         self.voice = voice
         self.language = language
@@ -64,9 +64,7 @@ class PocketTTS(TTSStage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        bound = inspect.signature(cls).bind(**kwargs)
-        bound.apply_defaults()
-        args = bound.arguments
+        args = kwargs
         voice, model = args["voice"], args["model"]
         errors: list[ConfigError] = []
         if voice in PRESET_VOICES:
@@ -97,7 +95,7 @@ class PocketTTS(TTSStage):
         pocket_log = logging.getLogger("pocket_tts")
         if pocket_log.level == logging.NOTSET:  # it logs several timing lines per sentence at INFO
             pocket_log.setLevel(logging.WARNING)
-        check_device_available(self.device)
+        self.device = usable_device(self.device)
         if self.model is None:
             model = pocket_tts.TTSModel.load_model(language=self.language)
         else:

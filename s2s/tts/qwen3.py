@@ -11,7 +11,6 @@ VoiceDesign model.
 """
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from s2s.config import MUST_EXIST
-from s2s.config_errors import ConfigError, ConfigErrors, ValidationContext
+from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.tts.base import TTSStage
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
@@ -35,17 +34,8 @@ LANGUAGES = {"en": "English", "zh": "Chinese", "ja": "Japanese", "de": "German",
 GGML_ONLY = ("gguf_talker_path", "gguf_codec_path", "ref_cache_dir", "ref_spk", "ref_rvq")
 TORCH_ONLY = ("dtype", "attn_implementation")
 
-# Where each backend can run (Linux and Windows with or without CUDA; Macs split by chip), and why not elsewhere:
-# facts about the published wheels, not guesses.
-WHERE = {"ggml": ("linux", "macos"), "torch": ("linux", "windows"), "mlx": ("linux", "macos", "windows")}
-CUDA_GRAPHS = "faster-qwen3-tts's torch backend runs on CUDA graphs: Linux or Windows with an NVIDIA GPU"
-WHY_NOT = {
-    ("ggml", "windows"): "qwentts-cpp-python (ggml) publishes no Windows wheels",
-    ("ggml", "macos_intel"): "qwentts-cpp-python's macOS wheel is for Apple silicon (Metal) only",
-    ("torch", "macos"): CUDA_GRAPHS,
-    ("torch", "macos_intel"): CUDA_GRAPHS,
-    ("mlx", "macos_intel"): "MLX publishes no wheels for Intel Macs",
-}
+# The runtime each backend needs; the platform configs say where a runtime is unavailable, and why.
+RUNTIME = {"ggml": "qwentts_cpp", "torch": "cuda_graphs", "mlx": "mlx"}
 
 
 @dataclass(frozen=True)
@@ -160,11 +150,10 @@ def check_backend(args: dict[str, Any], context: ValidationContext) -> list[Conf
     """Platform, device and per-backend keys: each key of another backend must stay null."""
     errors: list[ConfigError] = []
     backend, quantization = args["backend"], args["quantization"]
-    where = context.platform if context.os == "macos" else context.os
-    if where not in WHERE[backend]:
+    if RUNTIME[backend] in context.unavailable:
         allowed = [name + (" (with a CUDA device)" if name == "torch" and context.accelerator != "cuda" else "")
-                   for name in WHERE if where in WHERE[name]]
-        reason = WHY_NOT[(backend, where)]
+                   for name, runtime in RUNTIME.items() if runtime not in context.unavailable]
+        reason = context.unavailable[RUNTIME[backend]]
         expected = (f"one of {', '.join(allowed)} on platform {context.platform}" if allowed
                     else f"another TTS: no Qwen3-TTS backend runs on platform {context.platform}")
         return [context.error("backend", backend, f"{expected} ({reason})")]
@@ -229,7 +218,8 @@ class Qwen3TTS(TTSStage):
                  instruct: str | None = None, ref_audio: Annotated[str | None, MUST_EXIST] = None,
                  ref_text: str | None = None, xvec_only: bool = False,
                  ref_spk: Annotated[str | None, MUST_EXIST] = None, ref_rvq: Annotated[str | None, MUST_EXIST] = None,
-                 streaming_chunk_size: int = 8, max_new_tokens: int = 2048, quantization: str | None = None,
+                 streaming_chunk_size: Annotated[int, Range(1, 256)] = 8,
+                 max_new_tokens: Annotated[int, Range(1, 65536)] = 2048, quantization: str | None = None,
                  gguf_talker_path: Annotated[str | None, MUST_EXIST] = None,
                  gguf_codec_path: Annotated[str | None, MUST_EXIST] = None, ref_cache_dir: str | None = None,
                  dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = None,
@@ -247,16 +237,11 @@ class Qwen3TTS(TTSStage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        bound = inspect.signature(cls).bind(**kwargs)
-        bound.apply_defaults()
-        args = dict(bound.arguments)
+        args = dict(kwargs)
         errors = check_backend(args, context)
         if language_name(args["language"]) is None:
             errors.append(context.error("language", args["language"], "auto or one of " + ", ".join(
                 f"{code} ({name})" for code, name in LANGUAGES.items())))
-        for key in ("streaming_chunk_size", "max_new_tokens"):
-            if args[key] < 1:
-                errors.append(context.error(key, args[key], "a positive integer"))
         errors += select_voice(args, context)[1]
         if errors:
             raise ConfigErrors(errors)

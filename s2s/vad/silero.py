@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
 from s2s import audio
-from s2s.config_errors import ConfigErrors, ValidationContext
+from s2s.config_errors import ConfigErrors, Range, ValidationContext
 from s2s.messages import AudioChunk, Data, Message, SpeechSegment, SpeechStarted
 from s2s.stage import Stage, require
 
@@ -31,8 +31,11 @@ class SileroVAD(Stage):
     accepts = (AudioChunk,)
     emits = (SpeechSegment,)
 
-    def __init__(self, threshold: float = 0.5, min_silence_ms: int = 600, min_speech_ms: int = 250,
-                 speech_pad_ms: int = 100, max_speech_ms: int | None = None, onnx: bool = False) -> None:
+    def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
+                 min_silence_ms: Annotated[int, Range(0, 10000)] = 600,
+                 min_speech_ms: Annotated[int, Range(0, 10000)] = 250,
+                 speech_pad_ms: Annotated[int, Range(0, 2000)] = 100,
+                 max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = False) -> None:
         self.threshold = threshold
         self.min_silence = min_silence_ms * RATE // 1000
         self.min_speech = min_speech_ms * RATE // 1000
