@@ -57,23 +57,12 @@ class OpenAILM(LLMStage, Stage):
     def setup(self) -> None:
         openai = require("openai", backend="llm=openai", extra="openai")
         self._load_tools()
-        self._client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key or NO_KEY,
-                                     timeout=self.timeout_s, max_retries=0)
-        self._check_server(openai)
+        self._client, served = connect(openai, self.base_url, self.api_key, self.timeout_s, "llm")
+        self._check_model(openai, served)
 
-    def _check_server(self, openai: Any) -> None:
-        """Fail now, in one line, if the server is unreachable, refuses the key or lacks the model."""
+    def _check_model(self, openai: Any, served: list[str]) -> None:
+        """Fail now, in one line, if the server does not serve the model."""
         where = f"llm=openai at {self.base_url}"
-        try:
-            served = [model.id for model in self._client.models.list()]
-        except openai.APIConnectionError as error:
-            raise RuntimeError(f"{where}: no server answered ({_cause(error)}); check llm.base_url") from None
-        except (openai.AuthenticationError, openai.PermissionDeniedError) as error:
-            raise RuntimeError(f"{where}: the server refused the API key (HTTP {error.status_code}: "
-                               f"{_detail(error)}); set OPENAI_API_KEY or llm.api_key") from None
-        except openai.APIStatusError as error:  # some servers have no model list: the probe below decides
-            log.debug("%s: GET /models answered HTTP %s", where, error.status_code)
-            served = []
         if self.model in served:
             return
         try:  # not listed (many servers list only some models): one token says whether it is served
@@ -83,11 +72,11 @@ class OpenAILM(LLMStage, Stage):
                 self._client.chat.completions.create(model=self.model, max_tokens=1,
                                                      messages=[{"role": "user", "content": "Hi"}])
         except openai.APIConnectionError as error:
-            raise RuntimeError(f"{where}: the server stopped answering ({_cause(error)})") from None
+            raise RuntimeError(f"{where}: the server stopped answering ({cause(error)})") from None
         except openai.APIStatusError as error:
             listed = f" (it lists: {', '.join(served[:10])})" if served else ""
             raise RuntimeError(f"{where}: model {self.model!r} is not served: HTTP {error.status_code}: "
-                               f"{_detail(error)}{listed}; check llm.model") from None
+                               f"{detail(error)}{listed}; check llm.model") from None
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         openai = require("openai", backend="llm=openai", extra="openai")
@@ -98,9 +87,9 @@ class OpenAILM(LLMStage, Stage):
                 yield from self._stream_chat(messages)
         except openai.APIStatusError as error:
             raise ReplyFailed(f"llm=openai at {self.base_url} answered HTTP {error.status_code}: "
-                              f"{_detail(error)}") from error
+                              f"{detail(error)}") from error
         except openai.APIError as error:  # dropped connection, read timeout, an error event in the stream
-            raise ReplyFailed(f"llm=openai at {self.base_url} failed mid-reply: {_cause(error)}") from error
+            raise ReplyFailed(f"llm=openai at {self.base_url} failed mid-reply: {cause(error)}") from error
 
     def _stream_chat(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         options: dict[str, Any] = {"max_tokens": self.max_tokens}
@@ -168,7 +157,26 @@ class OpenAILM(LLMStage, Stage):
                 **({"tools": self.tools} if self.tools else {})}
 
 
-def _detail(error: Any) -> str:
+def connect(openai: Any, base_url: str, api_key: str | None, timeout_s: float, group: str) -> tuple[Any, list[str]]:
+    """An ``openai.OpenAI`` client and the models the server lists; one-line errors if it is unreachable or
+    refuses the key (shared by llm=openai and stt=openai)."""
+    where = f"{group}=openai at {base_url}"
+    client = openai.OpenAI(base_url=base_url, api_key=api_key or NO_KEY, timeout=timeout_s, max_retries=0)
+    try:
+        return client, [model.id for model in client.models.list()]
+    except openai.APIConnectionError as error:
+        client.close()
+        raise RuntimeError(f"{where}: no server answered ({cause(error)}); check {group}.base_url") from None
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as error:
+        client.close()
+        raise RuntimeError(f"{where}: the server refused the API key (HTTP {error.status_code}: "
+                           f"{detail(error)}); set OPENAI_API_KEY or {group}.api_key") from None
+    except openai.APIStatusError as error:  # some servers have no model list: the caller probes the model
+        log.debug("%s: GET /models answered HTTP %s", where, error.status_code)
+        return client, []
+
+
+def detail(error: Any) -> str:
     """The server's own message from an error body, else the SDK's, on one line."""
     body = getattr(error, "body", None)
     if isinstance(body, dict):
@@ -180,7 +188,8 @@ def _detail(error: Any) -> str:
     return " ".join(text.split())[:300]
 
 
-def _cause(error: BaseException) -> str:
-    cause = error.__cause__ or error.__context__
-    text = f"{type(cause).__name__}: {cause}" if cause else f"{type(error).__name__}: {error}"
+def cause(error: BaseException) -> str:
+    """The low-level reason under an SDK error (ConnectError, ReadTimeout, RemoteProtocolError...), on one line."""
+    inner = error.__cause__ or error.__context__
+    text = f"{type(inner).__name__}: {inner}" if inner else f"{type(error).__name__}: {error}"
     return " ".join(text.split())[:300]

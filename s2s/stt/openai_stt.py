@@ -1,0 +1,118 @@
+"""Speech recognition by any server with OpenAI's ``/v1/audio/transcriptions`` (OpenAI, vLLM, speaches,
+transformers serve, ...) through the ``openai`` package."""
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from s2s import audio
+from s2s.config_errors import OneOf, Range, ValidationContext
+from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.stage import Stage, require
+from s2s.stt.languages import WHISPER_LANGUAGES
+
+log = logging.getLogger(__name__)
+RATE = 16000
+
+
+def wav_bytes(samples: Any, rate: int) -> bytes:
+    import soundfile
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, rate, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
+class OpenAISTT(Stage):
+    """Sends each utterance as a 16 kHz WAV to ``POST {base_url}/audio/transcriptions``.
+
+    Args:
+        model: the transcription model the server knows (``whisper-1``, ``gpt-4o-mini-transcribe``, a local name).
+        base_url: the server's API root, e.g. ``http://127.0.0.1:8000/v1``.
+        api_key: sent as a bearer token; null sends a placeholder (local servers need none).
+        language: language code sent with each request, or null to let the server detect it (the language
+            reaches the transcript where the server reports it).
+        timeout_s: how long one request may take before the turn is dropped with an error.
+    """
+
+    accepts = (SpeechSegment,)
+    emits = (Transcript,)
+
+    def __init__(self, model: str = "whisper-1", base_url: str = "https://api.openai.com/v1",
+                 api_key: str | None = None, language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.language = language
+        self.timeout_s = timeout_s
+        self._client: Any = None
+        self._openai: Any = None
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        base_url = kwargs.get("base_url")
+        if isinstance(base_url, str) and not base_url.startswith(("http://", "https://")):
+            raise context.error("base_url", base_url, "an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
+
+    def setup(self) -> None:
+        from s2s.llm.openai_lm import connect, detail
+
+        self._openai = require("openai", backend="stt=openai", extra="openai")
+        self._client, served = connect(self._openai, self.base_url, self.api_key, self.timeout_s, "stt")
+        if self.model in served:
+            return
+        try:  # not listed (many servers list only some models): a short silence says whether it is served
+            self._transcribe(audio.silence(0.5, RATE))
+        except self._openai.APIConnectionError as error:
+            raise RuntimeError(f"stt=openai at {self.base_url}: the server stopped answering ({error})") from None
+        except self._openai.APIStatusError as error:
+            listed = f" (it lists: {', '.join(served[:10])})" if served else ""
+            raise RuntimeError(f"stt=openai at {self.base_url}: model {self.model!r} is not served: HTTP "
+                               f"{error.status_code}: {detail(error)}{listed}; check stt.model") from None
+
+    def _transcribe(self, samples: Any) -> tuple[str, str | None]:
+        options: dict[str, Any] = {"language": self.language} if self.language else {"response_format": "verbose_json"}
+        upload = ("speech.wav", wav_bytes(samples, RATE), "audio/wav")
+        result = self._client.audio.transcriptions.create(model=self.model, file=upload, **options)
+        language = self.language or language_code(getattr(result, "language", None))
+        return (result.text or "").strip(), language
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, SpeechSegment)
+        samples = audio.resample(message.samples, message.sample_rate, RATE)
+        try:
+            text, language = self._transcribe(samples)
+        except self._openai.APIError as error:  # a transient server failure costs this turn, not the session
+            from s2s.llm.openai_lm import cause
+
+            log.error("turn %d: stt=openai at %s failed: %s", message.turn, self.base_url, cause(error))
+            yield TurnEnd(message.turn)
+            return
+        if text:
+            yield Transcript(text, message.turn, language)
+        else:
+            log.info("turn %d: no words recognised, no reply", message.turn)
+            yield TurnEnd(message.turn)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._client = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "base_url": self.base_url, "language": self.language or "detect"}
+
+
+def language_code(language: str | None) -> str | None:
+    """``verbose_json`` names the language ("english"); the pipeline speaks in codes ("en")."""
+    if not language:
+        return None
+    language = language.lower()
+    if language in WHISPER_LANGUAGES:
+        return language
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES  # code -> name, as Whisper spells it
+
+    return next((code for code, name in LANGUAGES.items() if name == language), None)

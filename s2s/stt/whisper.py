@@ -1,0 +1,115 @@
+"""Whisper through transformers (any size, fine-tunes, distil-whisper); a hub id or a local folder."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from s2s import audio, torch_support
+from s2s.config_errors import OneOf, Range, ValidationContext
+from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.stage import Stage, require
+from s2s.stt.languages import WHISPER_LANGUAGES
+
+log = logging.getLogger(__name__)
+
+
+def looks_like_path(model: str) -> bool:
+    """A local folder is named by a path (``/``, ``./``, ``~``, ``C:\\``); a hub id is ``org/name``."""
+    return model.startswith(("/", ".", "~", "\\")) or (len(model) > 1 and model[1] == ":") or model.count("/") > 1
+
+
+def check_model_folder(kwargs: dict[str, Any], context: ValidationContext, example: str) -> None:
+    model = kwargs.get("model")
+    if isinstance(model, str) and looks_like_path(model) and not Path(model).expanduser().is_dir():
+        raise context.error("model", model, f"an existing local model folder or a hub id such as {example} "
+                                            "(no such folder)")
+
+
+class WhisperSTT(Stage):
+    """Transcribes each utterance with transformers' ``WhisperForConditionalGeneration``.
+
+    Args:
+        model: a hub id (``openai/whisper-small``, ``distil-whisper/distil-large-v3``) or a local folder.
+        device: auto, cpu, cuda, cuda:N or mps.
+        dtype: auto picks float16 on GPUs and float32 on CPU.
+        language: language code, or null to detect it per turn (multilingual models); the transcript carries
+            the language either way.
+        max_new_tokens: cap on tokens per utterance.
+        num_beams: 1 is greedy and fastest.
+    """
+
+    accepts = (SpeechSegment,)
+    emits = (Transcript,)
+
+    def __init__(self, model: str = "openai/whisper-tiny", device: str = "auto",
+                 dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = None,
+                 max_new_tokens: Annotated[int, Range(1, 440)] = 128,
+                 num_beams: Annotated[int, Range(1, 20)] = 1) -> None:
+        self.model_name = model
+        self.device = device
+        self.dtype = dtype
+        self.language = language
+        self.max_new_tokens = max_new_tokens
+        self.num_beams = num_beams
+        self._model: Any = None
+        self._processor: Any = None
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        check_model_folder(kwargs, context, "openai/whisper-small")
+
+    def setup(self) -> None:
+        torch_support.prepare()
+        transformers = require("transformers", backend="stt=whisper", extra=None)
+        path = str(Path(self.model_name).expanduser()) if looks_like_path(self.model_name) else self.model_name
+        dtype = torch_support.torch_dtype("float16" if self.dtype == "auto" and self.device != "cpu" else self.dtype,
+                                          self.device)
+        self._processor = transformers.AutoProcessor.from_pretrained(path)
+        self._model = transformers.WhisperForConditionalGeneration.from_pretrained(path, dtype=dtype)
+        self._model = self._model.to(self.device).eval()
+        self._multilingual = bool(getattr(self._model.generation_config, "is_multilingual", False))
+
+    @property
+    def rate(self) -> int:
+        return int(self._processor.feature_extractor.sampling_rate)
+
+    def warm_up(self) -> None:
+        self._transcribe(audio.silence(1.0, self.rate))
+
+    def _features(self, samples: Any) -> Any:
+        features = self._processor.feature_extractor(samples, sampling_rate=self.rate, return_tensors="pt")
+        return features.input_features.to(self.device, self._model.dtype)
+
+    def _transcribe(self, samples: Any) -> tuple[str, str | None]:
+        import torch
+
+        features = self._features(samples)
+        options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "num_beams": self.num_beams}
+        language = self.language
+        with torch.inference_mode():
+            if self._multilingual:
+                if language is None:  # one decoder step over the language tokens, as generate() would do itself
+                    token = self._model.detect_language(features)[0].item()
+                    language = self._processor.tokenizer.convert_ids_to_tokens(token).strip("<|>")
+                options.update(language=language, task="transcribe")
+            ids = self._model.generate(features, **options)
+        text = self._processor.batch_decode(ids, skip_special_tokens=True)[0].strip()
+        return text, language or "en"  # English-only checkpoints (*.en) speak English
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, SpeechSegment)
+        text, language = self._transcribe(audio.resample(message.samples, message.sample_rate, self.rate))
+        if text:
+            yield Transcript(text, message.turn, language)
+        else:
+            log.info("turn %d: no words recognised, no reply", message.turn)
+            yield TurnEnd(message.turn)
+
+    def close(self) -> None:
+        self._model = self._processor = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model_name, "device": self.device, "language": self.language or "detect"}
