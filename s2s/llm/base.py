@@ -37,10 +37,13 @@ class LLMStage:
     system_prompt: str | None
     history_turns: int
 
-    def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None) -> None:
+    def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None,
+                   first_chunk_words: int = 6, first_chunk_min_words: int = 3) -> None:
         self.system_prompt = system_prompt
         self.history_turns = history_turns
         self.tools = tools
+        self.first_chunk_words = first_chunk_words  # the reply's first TTS chunk: a clause or this many words
+        self.first_chunk_min_words = first_chunk_min_words  # ... but never fewer ("Yes," alone sounds clipped)
         self._toolbox: Toolbox | None = None
         self._history: list[dict[str, Any]] = []
 
@@ -70,7 +73,10 @@ class LLMStage:
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, Transcript)
         start = time.perf_counter()
-        splitter, reply, first, failed = SentenceSplitter(), [], True, False
+        # a sentence the reply already said ends it (small models loop): every backend stops the same way
+        splitter = SentenceSplitter(first_chunk_words=self.first_chunk_words,
+                                    first_chunk_min_words=self.first_chunk_min_words, stop_on_repeat=True)
+        first, failed = True, False
         messages = self.chat_messages(message.text)
         for round_ in range(MAX_TOOL_ROUNDS + 1):
             calls: list[ToolCall] = []
@@ -83,10 +89,12 @@ class LLMStage:
                     if first and piece.strip():
                         first = False
                         yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
-                    reply.append(piece)
                     for sentence in splitter.feed(piece):
                         if spoken := clean_for_speech(sentence):
                             yield ReplyText(spoken, message.turn, message.language)
+                    if splitter.repeated:
+                        log.info("turn %d: the reply repeated a sentence; stopped there", message.turn)
+                        break
             except ReplyFailed as error:
                 failed = True
                 log.error("turn %d: the reply stopped: %s", message.turn, error)
@@ -94,7 +102,7 @@ class LLMStage:
                 break
             finally:
                 pieces.close()  # type: ignore[attr-defined]  - stops generation when the runner cancels
-            if not calls or self._toolbox is None:
+            if not calls or self._toolbox is None or splitter.repeated:
                 break
             if round_ == MAX_TOOL_ROUNDS:
                 log.warning("turn %d: still calling tools after %d rounds; stopping", message.turn, round_)
@@ -110,5 +118,5 @@ class LLMStage:
                 if spoken := clean_for_speech(sentence):
                     yield ReplyText(spoken, message.turn, message.language)
         self._history += [{"role": "user", "content": message.text},
-                          {"role": "assistant", "content": "".join(reply).strip()}]
+                          {"role": "assistant", "content": splitter.text.strip()}]  # without a repeat
         yield TurnEnd(message.turn)

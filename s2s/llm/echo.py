@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Annotated
 
+from s2s.config_errors import Range
 from s2s.llm.base import LLMStage
 from s2s.stage import Stage
 
@@ -12,11 +14,14 @@ class EchoLM(LLMStage, Stage):
 
     Args:
         prefix: text spoken before the echoed words.
+        first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
+        first_chunk_min_words: a clause shorter than this does not end the first chunk.
     """
 
-    def __init__(self, prefix: str = "") -> None:
+    def __init__(self, prefix: str = "", first_chunk_words: Annotated[int, Range(0)] = 6,
+                 first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
         self.prefix = prefix
-        self._init_chat(None, 0)
+        self._init_chat(None, 0, first_chunk_words=first_chunk_words, first_chunk_min_words=first_chunk_min_words)
 
     def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
         yield f"{self.prefix} {messages[-1]['content']}".strip()
