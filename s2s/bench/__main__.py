@@ -1,5 +1,7 @@
 """python -m s2s.bench runner [--messages N] [--stages K]: the runner's per-hop latency and throughput.
 
+python -m s2s.bench server --sessions N --seconds T: a bounded load on the realtime server (loopback only).
+
 The TTS benchmark is a config group instead, so it sweeps like everything else: python run.py -m bench=tts tts=...
 """
 from __future__ import annotations
@@ -8,6 +10,8 @@ import argparse
 import sys
 
 from s2s.bench.runner import bench_runner, report
+from s2s.bench.server import add_arguments as add_server_arguments
+from s2s.bench.server import bench_server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     runner.add_argument("--stages", type=int, default=8, help="stages in the chain, source included (default 8)")
     runner.add_argument("--interval-ms", type=float, default=1.0,
                         help="gap between messages in the latency pass (default 1 ms: one message in flight)")
+    server = commands.add_parser("server", help="a bounded load on the realtime server (loopback only)")
+    add_server_arguments(server)
     args = parser.parse_args(argv)
+    if args.command == "server":
+        try:
+            return bench_server(args)
+        except ValueError as error:
+            parser.error(str(error))
     try:
         figures = bench_runner(args.messages, args.stages, args.interval_ms / 1000)
     except ValueError as error:

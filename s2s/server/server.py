@@ -58,6 +58,8 @@ def read_settings(node: DictConfig) -> tuple[Settings, list[ConfigError]]:
     """``cfg.server`` -> Settings, with one error per unknown key or bad value (key, value, what is valid)."""
     values = OmegaConf.to_container(node, resolve=True)
     assert isinstance(values, dict)
+    if values.get("api_key") == "":  # S2S_API_KEY set but empty: no key, as when it is unset
+        values["api_key"] = None
     known = Settings.__dataclass_fields__
     errors = [ConfigError(f"server.{key}", value, f"a known key; server takes: {', '.join(known)}")
               for key, value in values.items() if key not in known]

@@ -31,6 +31,7 @@ from s2s.server import protocol
 from s2s.server.pipelines import Pipeline, override_errors
 from s2s.server.protocol import ClientEvent, ProtocolError, event
 from s2s.server.stages import SessionVAD, SocketSink, SocketSource, TurnCounter
+from s2s.server.tools import ClientToolbox, accepts_client_tools, install
 
 log = logging.getLogger("s2s.server")
 
@@ -47,6 +48,7 @@ class Response:
     item_id: str = field(default_factory=lambda: protocol.new_id("item"))
     status: str = "queued"
     transcript: list[str] = field(default_factory=list)
+    user_text: str | None = None  # what the turn asked (None for a tool continuation)
     audio_s: float = 0.0
     calls: list[dict[str, Any]] = field(default_factory=list)
     held: list[tuple[str, Any]] = field(default_factory=list)  # what came while queued
@@ -133,6 +135,7 @@ class Session:
         self._typed_turns: set[int] = set()
         self._pending: list[protocol.Item] = []
         self._calls: dict[str, dict[str, Any]] = {}  # call_id -> the function call the LLM made
+        self._toolbox: ClientToolbox | None = None  # installed in the LLM while the session has tools
         self._input_samples = 0  # at the pipeline rate: the input stream's clock
         self._audio_sent = False
         self.responses_completed = self.responses_cancelled = 0
@@ -241,6 +244,8 @@ class Session:
             self.tools = update.tools
         if update.tool_choice is not None:
             self.tool_choice = update.tool_choice
+        if update.tools is not None or update.tool_choice is not None:
+            self._install_tools()
         self.say(event("session.updated", session=self.session_object()))
 
     def _check(self, spec: StageSpec, overrides: dict[str, Any], param: str, eid: str | None) -> None:
@@ -252,9 +257,26 @@ class Session:
                                                  f"{first.expected}", param, eid)
 
     def _check_tools(self, tools: list[dict[str, Any]], eid: str | None) -> None:
-        if tools and not accepts_tools(self.pipeline.llm):
-            raise ProtocolError("tools_not_supported", f"llm {type(self.pipeline.llm).__name__} cannot call "
-                                                       f"tools", "session.tools", eid)
+        problem = accepts_client_tools(self.pipeline.llm) if tools else None
+        if problem:
+            raise ProtocolError("tools_not_supported", problem, "session.tools", eid)
+
+    def _install_tools(self) -> None:
+        """Hand the session's tools to its LLM (or take them away), from its next turn on."""
+        wanted = bool(self.tools) and self.tool_choice != "none"
+        if wanted:
+            if self._toolbox is not None:
+                self._toolbox.release()
+            self._toolbox = ClientToolbox(self.tools, self._announce_call)
+            install(self.pipeline.llm, self._toolbox)  # type: ignore[arg-type]
+        elif self._toolbox is not None:
+            self._toolbox.release()
+            self._toolbox = None
+            install(self.pipeline.llm, None)  # type: ignore[arg-type]
+
+    def _announce_call(self, call_id: str, call: Any) -> None:
+        self.post(("tool_call", {"call_id": call_id, "name": call.name,
+                                 "arguments": json.dumps(call.arguments, ensure_ascii=False)}))
 
     async def _append(self, client_event: ClientEvent) -> None:
         samples = protocol.decode_audio(client_event)
@@ -294,6 +316,12 @@ class Session:
             raise ProtocolError("invalid_request", "nothing to respond to: add a conversation item "
                                 "(input_text or function_call_output) first, or speak", None, eid)
         await self.ensure_graph()
+        outputs = [item for item in self._pending if item.kind == "function_call_output" and self._toolbox
+                   and self._toolbox.waiting(item.call_id or "")]
+        if outputs:  # the LLM waits for these: its turn goes on, as a new response
+            self._pending = [item for item in self._pending if item not in outputs]
+            self._outbox.put_nowait(("continue", [(item.call_id, item.text) for item in outputs]))
+            return
         text = typed_turn_text(self._pending, self._calls)
         self._pending = []
         turn = self.turns.next()
@@ -309,6 +337,8 @@ class Session:
                                 client_event.event_id)
         assert self.graph is not None
         self.graph.cancel_turns_below(current.turn + 1)
+        if self._toolbox is not None:
+            self._toolbox.release()
         self._outbox.put_nowait(("cancel", (current.turn, "client_cancelled")))
 
     # ------------------------------------------------------------------ the graph
@@ -349,6 +379,9 @@ class Session:
     def close(self, status: str) -> None:
         """Stop the graph, free what is the session's own, record the end (blocking: run it in an executor)."""
         self.status = status
+        if self._toolbox is not None:
+            self._toolbox.release()
+            install(self.pipeline.llm, None)  # type: ignore[arg-type]
         if self.graph is not None:
             self.graph.stop()
             assert self._source is not None
@@ -377,11 +410,14 @@ class Session:
         if kind == "send":
             return [payload]
         if kind == "cancel":
-            return self._finish_turn(*payload)
+            turn, reason = payload
+            return self._finish_turn(turn, "cancelled", reason)
         if kind == "speech_started":
             out = [event("input_audio_buffer.speech_started", item_id=self._user_item(payload),
                          audio_start_ms=self._input_samples * 1000 // PIPELINE_RATE)]
             if self.graph is not None and self.graph.barge_in:
+                if self._toolbox is not None and any(r.turn < payload and not r.finished for r in self._responses):
+                    self._toolbox.release()
                 for response in list(self._responses):
                     if response.turn < payload and not response.finished:
                         out += self._finish(response, "cancelled", "turn_detected")
@@ -395,7 +431,7 @@ class Session:
                 out.append(event("conversation.item.input_audio_transcription.completed",
                                  item_id=self._user_item(payload.turn), content_index=0, transcript=payload.text,
                                  usage={"type": "duration", "seconds": self._user_seconds(payload.turn)}))
-            response = Response(payload.turn)
+            response = Response(payload.turn, user_text=payload.text)
             self._by_turn[payload.turn] = response
             self._responses.append(response)
             return out + self._open_next()
@@ -405,8 +441,11 @@ class Session:
             return self._to_response(payload.turn, "audio", payload)
         if kind == "turn_end":
             return self._to_response(payload, "end", None)
-        if kind == "tool_call":
-            return self._to_response(payload["turn"], "tool", payload)
+        if kind == "tool_call":  # the LLM works on the newest turn
+            open_ones = [r for r in self._responses if not r.finished]
+            return self._to_response(open_ones[-1].turn, "tool", payload) if open_ones else []
+        if kind == "continue":
+            return self._continue(payload)
         if kind == "graph_ended":
             return self._graph_ended(payload)
         raise AssertionError(f"unknown outbox item {kind}")
@@ -446,8 +485,8 @@ class Session:
             return [event("response.output_audio_transcript.delta", delta=delta, **ids)]
         if kind == "audio":
             return self._audio_deltas(response, payload, ids)
-        if kind == "tool":
-            return self._tool_call(response, payload)
+        if kind == "tool":  # a call ends the response; its output and response.create continue the turn
+            return self._tool_call(response, payload) + self._finish(response, "completed", None)
         return self._finish(response, "completed", None)
 
     def _audio_deltas(self, response: Response, message: ReplyAudio, ids: dict[str, Any]) -> list[dict[str, Any]]:
@@ -459,15 +498,27 @@ class Session:
                 for i in range(0, len(samples), step)]
 
     def _tool_call(self, response: Response, call: dict[str, Any]) -> list[dict[str, Any]]:
-        call_id = call.get("call_id") or protocol.new_id("call")
+        call_id = call["call_id"]
         item_id = protocol.new_id("item")
         record = {"type": "function_call", "id": item_id, "call_id": call_id, "name": call["name"],
                   "arguments": call["arguments"], "status": "completed", "object": "realtime.item"}
-        self._calls[call_id] = record
+        self._calls[call_id] = {**record, "turn": response.turn}
         response.calls.append(record)
         return [event("response.function_call_arguments.done", response_id=response.id, item_id=item_id,
                       output_index=len(response.calls), call_id=call_id, name=call["name"],
                       arguments=call["arguments"])]
+
+    def _continue(self, outputs: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """Tool outputs for a waiting LLM: a new response for the same turn, then the LLM goes on."""
+        turn = self._calls[outputs[0][0]]["turn"]
+        response = Response(turn)
+        self._by_turn[turn] = response
+        self._responses.append(response)
+        out = self._open_next()
+        for call_id, output in outputs:
+            if self._toolbox is None or not self._toolbox.deliver(call_id, output):
+                log.info("session %s: output for %s came too late", self.id, call_id)
+        return out
 
     def _finish_turn(self, turn: int, status: str, reason: str | None) -> list[dict[str, Any]]:
         response = self._by_turn.get(turn)
@@ -492,6 +543,8 @@ class Session:
             self.responses_completed += 1
         elif status == "cancelled":
             self.responses_cancelled += 1
+            if response.user_text is not None and isinstance(self.pipeline.llm, LLMStage):
+                keep_spoken_part(self.pipeline.llm, response.user_text, transcript)
         log.info("session %s: response %s %s (%.2f s of audio)%s", self.id, response.id[-6:], status,
                  response.audio_s, f", {reason}" if reason else "")
         return out + self._open_next()
@@ -507,13 +560,19 @@ class Session:
         return out + [protocol.error_event(error)]
 
 
-def accepts_tools(llm: Any) -> bool:
-    """Whether the session's LLM can take client-declared tools.
+def keep_spoken_part(llm: LLMStage, user_text: str, spoken: str) -> None:
+    """After a cancelled reply, the LLM's history keeps the user's turn and the part of the reply already said.
 
-    The hook for client-side tools is ``set_client_tools(tools)`` on the LLM stage (to be provided with the
-    LLM tool calling of issue 9): until an LLM stage has it, ``session.tools`` is refused with a clear error.
+    The runner closes a cancelled turn's LLM generator, so the stage records nothing for it; when it had
+    finished before the cancel, its full reply is cut back to what was said. LLMStage has no public method
+    for this yet: this is the one place that edits its history from outside.
     """
-    return callable(getattr(type(llm), "set_client_tools", None))
+    history = llm._history
+    if len(history) >= 2 and history[-2] == {"role": "user", "content": user_text} \
+            and history[-1].get("role") == "assistant":
+        history[-1] = {"role": "assistant", "content": spoken}
+    else:
+        history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": spoken}]
 
 
 def typed_turn_text(items: list[protocol.Item], calls: dict[str, dict[str, Any]]) -> str:

@@ -1,0 +1,285 @@
+"""The realtime server's protocol through the official openai SDK: keys, session limit, bad input, barge-in, cancel.
+
+One real server (``llm=echo``: the LLM does not matter here) for the whole module, on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import soundfile
+
+from realtime_server import (API_KEY, ROOT, Events, RunningServer, openai_client, pcm16, reply_audio,
+                             send_speech)
+
+pytest.importorskip("websockets")
+pytest.importorskip("openai")
+
+LONG = ("Please tell me a long story about a small brown dog, a tall green tree, a quiet old house, "
+        "and a river that runs far away to the sea.")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("server")
+    running = RunningServer(run_dir, "llm=echo", "server.max_sessions=2", "server.max_frame_bytes=65536",
+                            env={"S2S_API_KEY": API_KEY})
+    yield running
+    code = running.stop()
+    assert code == 0, running.output[-3000:]
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory, espeak):
+    folder = tmp_path_factory.mktemp("speech")
+    return {"short": espeak("The quick brown fox jumps over the lazy dog.", folder / "short.wav"),
+            "long": espeak(LONG, folder / "long.wav")}
+
+
+def connect(server, api_key=API_KEY):
+    return openai_client(server, api_key).realtime.connect(model="s2s-test")
+
+
+def test_session_starts_with_its_effective_configuration(server):
+    with connect(server) as connection:
+        events = Events(connection)
+        created = events.until("session.created", 30)
+        assert created.session.audio.input.format.rate == 24000
+        connection.session.update(session={"type": "realtime", "instructions": "Be brief.", "audio": {
+            "input": {"format": {"type": "audio/pcm", "rate": 16000},
+                      "turn_detection": {"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 500}},
+            "output": {"format": {"type": "audio/pcm", "rate": 22050}, "voice": "jf_nezumi"}}})
+        updated = events.until("session.updated", 30)
+        assert updated.session.instructions == "Be brief."
+        assert updated.session.audio.input.format.rate == 16000 and updated.session.audio.output.format.rate == 22050
+        assert updated.session.audio.output.voice == "jf_nezumi"
+        assert updated.session.audio.input.turn_detection.threshold == 0.6
+        assert updated.session.audio.input.turn_detection.silence_duration_ms == 500
+
+
+def test_a_missing_or_wrong_api_key_is_refused(server):
+    from websockets.exceptions import InvalidStatus
+
+    for key in ("wrong-key-000000000", ""):
+        with pytest.raises(InvalidStatus) as refused:
+            with openai_client(server, key or "x").realtime.connect(model="m", extra_headers={
+                    "Authorization": f"Bearer {key}"} if key else {"Authorization": ""}):
+                pass
+        assert refused.value.response.status_code == 401
+    assert server.get("/v1/sessions", api_key="wrong-key-000000000")[0] == 401
+    assert server.get("/health", api_key=None) == (200, {"status": "ok"})
+
+
+def test_one_session_over_the_limit_is_refused_and_the_others_go_on(server):
+    with connect(server) as first, connect(server) as second:
+        held = [Events(first), Events(second)]
+        for events in held:
+            events.until("session.created", 30)
+        with connect(server) as third:
+            refused = Events(third)
+            error = refused.until("error", 30)
+            assert error.error.code == "session_limit_reached"
+            assert refused.closed.wait(10), "the refused connection was closed"
+        for connection, events in zip((first, second), held):
+            connection.session.update(session={"type": "realtime", "instructions": "Still here."})
+            assert events.until("session.updated", 30).session.instructions == "Still here."
+    _, sessions = server.get("/v1/sessions")
+    assert sessions["refused"] >= 1
+
+
+BAD_INPUT = {
+    "invalid JSON": ("{not json", "invalid_json"),
+    "not an object": ("[1, 2]", "invalid_event"),
+    "unknown event type": (json.dumps({"type": "input_audio_buffer.explode"}), "unknown_event_type"),
+    "missing type": (json.dumps({"audio": "AAAA"}), "missing_required_parameter"),
+    "missing field": (json.dumps({"type": "input_audio_buffer.append"}), "missing_required_parameter"),
+    "audio not base64": (json.dumps({"type": "input_audio_buffer.append", "audio": "not base64 !!"}), "invalid_audio"),
+    "odd PCM16 length": (json.dumps({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"abc").decode()}),
+                         "invalid_audio"),
+    "frame over the limit": (json.dumps({"type": "input_audio_buffer.append",
+                                         "audio": base64.b64encode(bytes(70000)).decode()}), "frame_too_large"),
+    "rate out of range": (json.dumps({"type": "session.update", "session": {"type": "realtime", "audio": {
+        "input": {"format": {"type": "audio/pcm", "rate": 1000}}}}}), "invalid_value"),
+    "a config key": (json.dumps({"type": "session.update", "session": {"llm": {"_target_": "os.system"}}}),
+                     "unknown_parameter"),
+    "a _target_": (json.dumps({"type": "session.update", "session": {"audio": {"output": {
+        "_target_": "os.system"}}}}), "unknown_parameter"),
+    "a voice the TTS lacks": (json.dumps({"type": "session.update", "session": {"audio": {"output": {
+        "voice": "alloy"}}}}), "invalid_value"),
+    "threshold out of range": (json.dumps({"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": {"type": "server_vad", "threshold": 3}}}}}), "invalid_value"),
+    "turn detection off": (json.dumps({"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": None}}}}), "invalid_value"),
+    "wrong field type": (json.dumps({"type": "session.update", "session": {"instructions": 42}}), "invalid_type"),
+    "unknown item type": (json.dumps({"type": "conversation.item.create", "item": {"type": "image"}}),
+                          "invalid_value"),
+    "tool output for no call": (json.dumps({"type": "conversation.item.create", "item": {
+        "type": "function_call_output", "call_id": "call_nope", "output": "{}"}}), "invalid_value"),
+    "response with nothing to say": (json.dumps({"type": "response.create"}), "invalid_request"),
+    "cancel with no response": (json.dumps({"type": "response.cancel"}), "response_cancel_not_active"),
+}
+
+
+def test_every_bad_input_gets_an_error_event_and_the_session_stays_usable(server):
+    with connect(server) as connection:
+        events = Events(connection)
+        events.until("session.created", 30)
+        for name, (frame, code) in BAD_INPUT.items():
+            connection.send_raw(frame)
+            error = events.until("error", 30)
+            assert error.error.code == code, (name, error.error)
+            assert error.error.message, name
+        # nothing above was applied, and the session still answers
+        connection.session.update(session={"type": "realtime", "instructions": "Fine."})
+        updated = events.until("session.updated", 30)
+        assert updated.session.instructions == "Fine." and updated.session.audio.input.format.rate == 24000
+        assert updated.session.audio.output.voice == "jf_alpha"
+    assert server.alive()
+
+
+def test_a_typed_turn_gets_a_spoken_reply_and_can_be_cancelled(server):
+    with connect(server) as connection:
+        events = Events(connection)
+        events.until("session.created", 30)
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Hello there."}]})
+        events.until("conversation.item.created", 30)
+        connection.response.create()
+        created = events.until("response.created", 60)
+        done = events.until("response.done", 120)
+        assert done.response.id == created.response.id and done.response.status == "completed"
+        assert "Hello there" in events.of("response.output_audio_transcript.done")[-1].transcript
+        assert len(reply_audio(events.all, done.response.id)) > 0.3 * 24000
+        assert not events.of("conversation.item.input_audio_transcription.completed"), "typed, not heard"
+
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": LONG}]})
+        connection.response.create()
+        second = events.until("response.created", 60)
+        connection.response.create()  # one at a time
+        assert events.until("error", 30).error.code == "conversation_already_has_active_response"
+        connection.response.cancel()
+        cancelled = events.until("response.done", 60, lambda e: e.response.id == second.response.id)
+        assert cancelled.response.status == "cancelled"
+        assert cancelled.response.status_details.reason == "client_cancelled"
+        time.sleep(2.0)  # whatever was still on its way for it
+        connection.session.update(session={"type": "realtime"})
+        events.until("session.updated", 30)
+        after = events.all[events.all.index(cancelled) + 1:]
+        assert not [e for e in after if e.type == "response.output_audio.delta" and e.response_id == second.response.id]
+
+
+def test_barge_in_cancels_the_reply_and_the_new_turn_is_answered(server, speech):
+    with connect(server) as connection:
+        events = Events(connection)
+        events.until("session.created", 30)
+        send_speech(connection, pcm16(speech["long"]))
+        heard = events.until("conversation.item.input_audio_transcription.completed", 120)
+        assert "dog" in heard.transcript.lower()
+        first = events.until("response.created", 60)
+        events.until("response.output_audio.delta", 120)
+        send_speech(connection, pcm16(speech["short"]))  # the user talks over the reply
+        events.until("input_audio_buffer.speech_started", 60)
+        done = events.until("response.done", 60, lambda e: e.response.id == first.response.id)
+        assert done.response.status == "cancelled" and done.response.status_details.reason == "turn_detected"
+        after = events.all[events.all.index(done) + 1:]
+        second_heard = events.until("conversation.item.input_audio_transcription.completed", 120)
+        assert "quick" in second_heard.transcript.lower()
+        second = events.until("response.done", 120)
+        assert second.response.status == "completed" and second.response.id != first.response.id
+        after = events.all[events.all.index(done) + 1:]
+        assert not [e for e in after if e.type == "response.output_audio.delta" and e.response_id == first.response.id]
+        assert done.response.output[0].content[0].transcript, "what was already said stays with the reply"
+
+
+def test_a_client_that_vanishes_mid_reply_frees_its_session(server, speech):
+    from websockets.sync.client import connect as raw_connect
+
+    socket = raw_connect(server.url + "?model=m", additional_headers={"Authorization": f"Bearer {API_KEY}"},
+                         max_size=None)
+    samples = pcm16(speech["long"])
+    for start in range(0, len(samples), 2400):
+        socket.send(json.dumps({"type": "input_audio_buffer.append",
+                                "audio": base64.b64encode(samples[start:start + 2400].tobytes()).decode()}))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if json.loads(socket.recv(timeout=120))["type"] == "response.output_audio.delta":
+            break
+    socket.close_socket()  # gone without a close frame
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.get("/v1/sessions")[1]["active"]:
+        time.sleep(0.2)
+    _, sessions = server.get("/v1/sessions")
+    assert sessions["active"] == 0
+    assert sessions["sessions"][-1]["status"] in ("disconnected", "closed")
+    with connect(server) as first, connect(server) as second:  # both pipelines are free again
+        for connection in (first, second):
+            assert Events(connection).until("session.created", 30).type == "session.created"
+
+
+def test_the_file_client_speaks_a_question_and_writes_the_reply(server, speech, tmp_path):
+    out = tmp_path / "reply.wav"
+    result = subprocess.run([sys.executable, "-m", "s2s.client", "--url", server.url, "--api-key", API_KEY,
+                             "--file", str(speech["short"]), "--out", str(out)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "you:" in result.stdout and "assistant:" in result.stdout and "quick" in result.stdout.lower()
+    data, rate = soundfile.read(out)
+    assert rate == 24000 and len(data) > rate
+    refused = subprocess.run([sys.executable, "-m", "s2s.client", "--url", server.url, "--api-key", "wrong-key-00",
+                              "--file", str(speech["short"])], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "401" in refused.stderr
+
+
+def test_sessions_and_their_turns_are_available_as_json(server):
+    status, document = server.get("/v1/sessions")
+    assert status == 200 and document["max_sessions"] == 2
+    answered = [s for s in document["sessions"] if s["summary"]["turns"]]
+    assert answered, document
+    turn = answered[0]["turns"][0]
+    assert {"voice_to_voice_s", "stt_s", "tts_first_audio_s", "tts_rtf"} <= set(turn["timings"])
+    metrics = json.loads(open(answered[0]["metrics_path"]).read())
+    assert metrics["summary"]["turns"] == answered[0]["summary"]["turns"]
+
+
+def test_the_server_bench_command_runs_a_bounded_load(server):
+    result = subprocess.run([sys.executable, "-m", "s2s.bench", "server", "--url", server.url, "--api-key", API_KEY,
+                             "--sessions", "1", "--seconds", "5"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "sessions held" in result.stdout and "replies completed" in result.stdout and "p90" in result.stdout
+
+
+def test_no_device_errors_of_the_live_client_are_one_clear_line(tmp_path):
+    alsa = tmp_path / "asound.conf"
+    alsa.write_text("pcm.!default { type hw card 99 }\nctl.!default { type hw card 99 }\n")
+    env = {"ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{alsa}"}
+    result = subprocess.run([sys.executable, "-m", "s2s.client", "--url", "ws://127.0.0.1:9/v1/realtime"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and "--file" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_dry_run_prints_the_graph_each_session_gets_with_overrides_applied(tmp_path):
+    from conftest import run_cli
+
+    result = run_cli("server=realtime", "llm=echo", "tts.voice=jf_nezumi", "dry_run=true", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    for part in ("SocketSource", "SileroVAD", "FasterWhisperSTT", "EchoLM", "KokoroOnnxTTS", "voice=jf_nezumi",
+                 "SocketSink", "ws://127.0.0.1:8765/v1/realtime"):
+        assert part in result.stdout, (part, result.stdout)
+
+
+def test_bad_server_settings_and_impossible_profiles_are_config_errors(tmp_path):
+    from conftest import run_cli
+
+    result = run_cli("server=realtime", "server.port=70000", "server.max_sessions=0", "dry_run=true", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "server.port=70000: invalid" in result.stderr and "server.max_sessions=0: invalid" in result.stderr
+    refused = run_cli("server=realtime", "profile=cuda_server", "platform=linux", "dry_run=true", cwd=tmp_path)
+    assert refused.returncode == 2 and "cuda" in refused.stderr  # platform rules apply to the server as well
