@@ -176,3 +176,41 @@ def check_module(tools: str | None, key: str = "llm.tools") -> None:
     if not found:
         raise ConfigError(key, tools, f"an importable Python module with TOOLS and {CALLABLE}(name, arguments), "
                                       "e.g. s2s.llm.example_tools")
+
+
+class TemplateTools:
+    """Tool calling for local chat models (transformers, mlx-lm), mixed in before ``LLMStage``.
+
+    A chat template that renders tools (Qwen2.5, Llama 3.1, Hermes, SmolLM3...) gets them natively through
+    ``apply_chat_template(tools=...)``; any other gets the prompted format in its system prompt. Either way the
+    model answers ``<tool_call>{...}</tool_call>``, which the backend's stream passes through ``ToolCallFilter``.
+    """
+
+    _toolbox: Toolbox | None
+    _tokenizer: Any
+
+    def _native_tools(self) -> bool:
+        """Whether the model's chat template renders tools itself."""
+        return self._toolbox is not None and "tools" in str(self._tokenizer.chat_template or "")
+
+    def _template_tools(self) -> dict[str, Any]:
+        """Extra ``apply_chat_template`` arguments: the tools, for templates that render them."""
+        return {"tools": self._toolbox.definitions} if self._toolbox and self._native_tools() else {}
+
+    def _with_tools(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The prompted format: tools and the call syntax in the system prompt, for templates without tools."""
+        if self._toolbox is None or self._native_tools():
+            return messages
+        if messages and messages[0]["role"] == "system":
+            return [{"role": "system", "content": self._toolbox.system_prompt(messages[0]["content"])}, *messages[1:]]
+        return [{"role": "system", "content": self._toolbox.system_prompt(None)}, *messages]
+
+    def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict[str, Any]]:
+        if self._native_tools():  # chat templates take arguments as a mapping, not the API's JSON string
+            return [{"role": "assistant", "content": "",
+                     "tool_calls": [{"id": call.id, "type": "function",
+                                     "function": {"name": call.name, "arguments": call.arguments}} for call in calls]},
+                    *({"role": "tool", "tool_call_id": r.call.id, "content": r.output} for r in results)]
+        said = "".join(f"{OPEN}{json.dumps({'name': call.name, 'arguments': call.arguments})}{CLOSE}" for call in calls)
+        heard = "".join(f"<tool_response>{result.output}</tool_response>" for result in results)
+        return [{"role": "assistant", "content": said}, {"role": "user", "content": heard}]

@@ -14,7 +14,7 @@ from s2s import torch_support
 from s2s.cache import build_once, cache_root
 from s2s.config_errors import ValidationContext
 from s2s.llm.base import LLMStage
-from s2s.llm.tools import ToolCall, ToolCallFilter, ToolResult, check_module
+from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.stage import MissingExtraError, Stage, require
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def resolve_model(model: str, cache_dir: str | None) -> str:
     return model  # a hub id: transformers resolves it (offline: from the local HF cache only)
 
 
-class TransformersLM(LLMStage, Stage):
+class TransformersLM(TemplateTools, LLMStage, Stage):
     """A chat model run by transformers' ``generate``, streamed with ``TextIteratorStreamer``.
 
     Args:
@@ -164,32 +164,6 @@ class TransformersLM(LLMStage, Stage):
         if failure:
             raise failure[0]
         yield from calls.calls if calls else ()
-
-    def _native_tools(self) -> bool:
-        """Whether the model's chat template renders tools itself (Qwen2.5, Llama 3.1, Hermes, SmolLM3...)."""
-        return self._toolbox is not None and "tools" in str(self._tokenizer.chat_template or "")
-
-    def _template_tools(self) -> dict[str, Any]:
-        return {"tools": self._toolbox.definitions} if self._toolbox and self._native_tools() else {}
-
-    def _with_tools(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The prompted format: tools and the call syntax in the system prompt, for templates without tools."""
-        if self._toolbox is None or self._native_tools():
-            return messages
-        if messages and messages[0]["role"] == "system":
-            return [{"role": "system", "content": self._toolbox.system_prompt(messages[0]["content"])}, *messages[1:]]
-        return [{"role": "system", "content": self._toolbox.system_prompt(None)}, *messages]
-
-    def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict[str, Any]]:
-        if self._native_tools():  # chat templates take arguments as a mapping, not the API's JSON string
-            return [{"role": "assistant", "content": "",
-                     "tool_calls": [{"id": call.id, "type": "function",
-                                     "function": {"name": call.name, "arguments": call.arguments}} for call in calls]},
-                    *({"role": "tool", "tool_call_id": r.call.id, "content": r.output} for r in results)]
-        said = "".join(f'<tool_call>{json.dumps({"name": call.name, "arguments": call.arguments})}</tool_call>'
-                       for call in calls)
-        heard = "".join(f"<tool_response>{result.output}</tool_response>" for result in results)
-        return [{"role": "assistant", "content": said}, {"role": "user", "content": heard}]
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
