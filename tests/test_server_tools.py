@@ -33,7 +33,7 @@ def test_a_tool_call_goes_to_the_client_and_its_output_continues_the_turn(server
         events = Events(connection)
         events.until("session.created", 60)
         connection.session.update(session={"type": "realtime", "instructions": "", "tools": [TOOL]})
-        assert events.until("session.updated", 30).session.tools[0]["name"] == "get_weather"
+        assert events.until("session.updated", 30).session.tools[0].name == "get_weather"
         connection.conversation.item.create(item={"type": "message", "role": "user", "content": [
             {"type": "input_text", "text": weather_tools.QUESTION}]})
         connection.response.create()
