@@ -51,8 +51,9 @@ def test_reply_streams_sentence_by_sentence(served, tool_lm, api):
     finally:
         stage.close()
     assert isinstance(out[0], Metric) and out[0].name == "llm_first_token_s" and 0 < out[0].value < 10
-    assert [m for m in out if isinstance(m, ReplyText)] == [
-        ReplyText("The capital of France is Paris.", 2, "en"), ReplyText("It is a lovely city on the Seine.", 2, "en")]
+    sentences = [m for m in out if isinstance(m, ReplyText)]  # released as they end, before the reply does
+    assert len(sentences) >= 2 and all(m.turn == 2 and m.language == "en" for m in sentences)
+    assert " ".join(m.text for m in sentences) == weather_tools.CAPITAL_REPLY
     assert out[-1] == TurnEnd(2)
 
 

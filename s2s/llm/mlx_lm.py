@@ -1,0 +1,91 @@
+"""Chat models through mlx-lm (Metal on Apple silicon; ``mlx[cpu]`` elsewhere), streamed token by token."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+from s2s.config_errors import ConfigError, Range, ValidationContext
+from s2s.llm.base import LLMStage
+from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
+from s2s.stage import Stage, require
+from s2s.stt.whisper import check_model_folder, looks_like_path
+
+log = logging.getLogger(__name__)
+
+
+class MLXLM(TemplateTools, LLMStage, Stage):
+    """A chat model run by ``mlx_lm.stream_generate``; closing the reply stops generation at the next token.
+
+    Args:
+        model: an mlx-community hub id (``mlx-community/Qwen2.5-0.5B-Instruct-4bit``) or a local folder
+            (MLX or plain transformers safetensors of a supported architecture).
+        system_prompt: the assistant's instructions.
+        max_new_tokens: reply length cap.
+        history_turns: how many previous exchanges the model sees.
+        temperature: 0 decodes greedily (reproducible); above 0 samples.
+        top_p: nucleus sampling when temperature > 0 (0 turns it off).
+        tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
+    """
+
+    def __init__(self, model: str = "mlx-community/Qwen2.5-0.5B-Instruct-4bit", system_prompt: str | None = None,
+                 max_new_tokens: Annotated[int, Range(1, 4096)] = 64, history_turns: Annotated[int, Range(0)] = 4,
+                 temperature: Annotated[float, Range(0, 5)] = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
+                 tools: str | None = None) -> None:
+        self.model_name = model
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self._init_chat(system_prompt, history_turns, tools)
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        if "mlx" in context.unavailable:
+            raise ConfigError(context.group, "mlx_lm", f"another option on platform {context.platform} "
+                                                       f"({context.unavailable['mlx']}), e.g. llm=transformers")
+        check_model_folder(kwargs, context, "mlx-community/Qwen2.5-0.5B-Instruct-4bit")
+        check_module(kwargs.get("tools"), f"{context.group}.tools")
+
+    def setup(self) -> None:
+        mlx_lm = require("mlx_lm", backend="llm=mlx_lm", extra="mlx")
+        self._load_tools()
+        path = str(Path(self.model_name).expanduser()) if looks_like_path(self.model_name) else self.model_name
+        self._model, self._tokenizer = mlx_lm.load(path)
+
+    def warm_up(self) -> None:
+        for _ in zip(range(2), self.stream([{"role": "user", "content": "Hi"}])):
+            pass
+
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+        import mlx_lm
+        from mlx_lm.sample_utils import make_sampler
+
+        prompt = self._tokenizer.apply_chat_template(self._with_tools(messages), add_generation_prompt=True,
+                                                     tokenize=False, **self._template_tools())
+        sampler = make_sampler(temp=self.temperature, top_p=self.top_p)
+        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
+        generation = mlx_lm.stream_generate(self._model, self._tokenizer, prompt, max_tokens=self.max_new_tokens,
+                                            sampler=sampler)
+        try:  # one thread: closing this generator closes stream_generate, which stops at the next token
+            for response in generation:
+                if not response.text:
+                    continue
+                if calls is None:
+                    yield response.text
+                else:
+                    yield from calls.feed(response.text)
+        finally:
+            generation.close()
+        if calls is not None:
+            yield from calls.finish()
+            yield from calls.calls
+
+    def close(self) -> None:
+        self._model = self._tokenizer = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model_name, "device": "mlx (Metal on Apple silicon, else CPU)",
+                **({"tools": self.tools} if self.tools else {})}
