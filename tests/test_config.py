@@ -24,6 +24,7 @@ EXPECTED_FAILURES: dict[tuple[str, str, str], str] = {
     ("tts", "qwen3_ggml", "windows_cuda"): "publishes no Windows wheels",
     ("tts", "qwen3_mlx", "macos_intel"): "no wheels for Intel Macs",
     ("llm", "mlx_lm", "macos_intel"): "no wheels for Intel Macs",
+    ("stt", "mlx_whisper", "macos_intel"): "no wheels for Intel Macs",
     ("tts", "qwen3_torch", "linux"): "tts.device=cpu: invalid; expected cuda",
     ("tts", "qwen3_torch", "windows"): "tts.device=cpu: invalid; expected cuda",
     ("tts", "qwen3_torch", "macos"): "runs on CUDA graphs",
