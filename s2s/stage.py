@@ -20,15 +20,21 @@ from s2s.messages import Data, Message
 class MissingExtraError(RuntimeError):
     """A backend library is not installed; the message names the pip extra that brings it."""
 
-    def __init__(self, backend: str, module: str, extra: str, cause: BaseException | None = None) -> None:
+    def __init__(self, backend: str, module: str, extra: str | None, cause: BaseException | None = None,
+                 install: str | None = None) -> None:
         detail = f" ({type(cause).__name__}: {cause})" if cause else ""
+        if install is None:  # no extra: the package belongs to the base install, which is broken
+            install = f"pip install -e '.[{extra}]'" if extra else "scripts/setup.sh (the base install)"
         super().__init__(f"{backend} needs the Python package providing '{module}', which is missing{detail}. "
-                         f"Install it with: pip install -e '.[{extra}]'")
+                         f"Install it with: {install}")
         self.extra = extra
 
 
-def require(module: str, *, backend: str, extra: str) -> Any:
-    """Import ``module`` for ``backend`` or raise :class:`MissingExtraError` naming the pip extra."""
+def require(module: str, *, backend: str, extra: str | None) -> Any:
+    """Import ``module`` for ``backend`` or raise :class:`MissingExtraError` naming the pip extra.
+
+    ``extra=None`` marks a package of the base install (the error then points at scripts/setup.sh).
+    """
     try:
         return importlib.import_module(module)
     except ImportError as error:

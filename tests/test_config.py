@@ -195,3 +195,121 @@ def test_cli_platform_is_detected_and_can_be_forced(tmp_path):
     assert f"graph for platform={detect().platform} " in result.stdout
     result = run_cli("dry_run=true", "platform=windows", f"hydra.run.dir={tmp_path}", cwd=tmp_path, check=True)
     assert "graph for platform=windows " in result.stdout
+
+
+# ---------------------------------------------------------------- issue 10: holes and one-pass reports
+def _numeric_keys(cls):
+    """(key, annotation) of each int/float constructor argument, Optional[...] included."""
+    import inspect
+    import typing
+
+    hints = typing.get_type_hints(cls.__init__, include_extras=True)
+    for name in inspect.signature(cls).parameters:
+        annotation = hints.get(name)
+        arms = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, __import__(
+            "types").UnionType) else (annotation,)
+        bases = {typing.get_args(arm)[0] if typing.get_origin(arm) is typing.Annotated else arm for arm in arms}
+        if bases & {int, float} and name != "audio_device":  # a device index or name: checked by PortAudio
+            yield name, annotation
+
+
+def _out_of_range(annotation):
+    from s2s.config import _constraints
+
+    [bound] = [c for c in _constraints(annotation) if hasattr(c, "low")] or [None]
+    assert bound is not None, f"no Range declared on {annotation}"
+    return bound.low - 1 if bound.low is not None else bound.high + 1
+
+
+def _every_stage_option():
+    for group in STAGE_GROUPS:
+        for option in options(group):
+            yield group, option
+
+
+@pytest.mark.parametrize("group,option", list(_every_stage_option()))
+def test_every_numeric_key_has_a_range_and_an_out_of_range_value_fails_before_loading(group, option, tmp_path):
+    overrides = [f"{group}={option}", *CONTEXT.get((group, option), [])]
+    if (group, option, "linux") in EXPECTED_FAILURES:
+        overrides.append("platform=linux_cuda")  # e.g. qwen3_torch needs CUDA
+    spec = next(s for s in validate(compose_config(overrides, tmp_path)) if s.group == group)
+    for key, annotation in _numeric_keys(spec.cls):
+        bad = _out_of_range(annotation)
+        messages = errors_of([*overrides, f"{group}.{key}={bad}"], tmp_path)
+        assert any(m.startswith(f"{group}.{key}={bad}: invalid; expected a number") for m in messages), messages
+
+
+@pytest.mark.parametrize("override", ["stt.beam_size=0", "llm.max_new_tokens=-5", "llm.history_turns=-1",
+                                      "audio.sample_rate=7", "vad.threshold=1.0", "stt.language=klingon"])
+def test_the_reported_out_of_range_values_exit_2_on_a_dry_run(override, tmp_path):
+    result = run_cli(override, "dry_run=true", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"config error: {override}: invalid; expected" in result.stderr
+    assert "graph for platform" not in result.stdout
+
+
+def test_an_unknown_key_and_a_bad_value_are_reported_together(tmp_path):
+    result = run_cli("tts.pitch=3", "tts.voice=nobody", "stt.beam_size=0", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert any("tts.pitch=3: unknown key 'pitch'" in line for line in lines)
+    assert any(line.startswith("config error: tts.voice=nobody: invalid") for line in lines)
+    assert any(line.startswith("config error: stt.beam_size=0: invalid") for line in lines)
+    assert len(lines) == 3, lines
+
+
+@pytest.mark.parametrize("override", [
+    "+hydra.callbacks.x._target_=pathlib.Path.touch",
+    "hydra.callbacks.sweep._target_=pathlib.Path.touch",
+    "+hydra.job_logging.handlers.evil.class=pathlib.Path.touch",
+])
+def test_no_target_outside_s2s_is_instantiated_anywhere(override, tmp_path):
+    touched = tmp_path / "touched.txt"
+    for mode in ([], ["-m"]):
+        result = run_cli(*mode, override, f"+{override.split('=')[0].lstrip('+').rsplit('.', 1)[0]}.self={touched}",
+                         "dry_run=true", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith("config error: hydra.") and "refused for safety" in line
+        assert not touched.exists()
+
+
+def test_a_stage_target_outside_s2s_is_refused_in_one_line(tmp_path):
+    result = run_cli("+llm.extra._target_=os.system", "dry_run=true", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "config error: llm.extra._target_=os.system: invalid" in result.stderr
+
+
+def test_hydra_launchers_selected_through_their_group_still_work(tmp_path):
+    result = run_cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1", "dry_run=true",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_two_runs_started_together_never_share_a_folder(tmp_path):
+    runs = [subprocess.Popen([sys.executable, str(ROOT / "run.py"), "dry_run=true"], cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    folders = set()
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        [sink] = [line for line in out.splitlines() if line.strip().startswith("sink")]
+        folders.add(sink.split("path=")[1].rsplit("/", 1)[0])
+    assert len(folders) == 3, folders
+    assert all((tmp_path / "outputs").glob("*/*"))
+
+
+def test_a_folder_holding_another_runs_results_is_refused(tmp_path):
+    (tmp_path / "metrics.json").write_text('{"status": "completed"}')
+    result = run_cli("llm=echo", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode == 2 and "earlier run's metrics.json" in result.stderr
+    assert (tmp_path / "metrics.json").read_text() == '{"status": "completed"}'
+
+
+def test_help_says_what_s2s_is_and_lists_only_user_choices(tmp_path):
+    result = run_cli("--help", cwd=tmp_path, check=True)
+    assert "powered by Hydra" not in result.stdout and "voice agent" in result.stdout
+    assert "_qwen3_base" not in result.stdout and "tts_platform" not in result.stdout
+    for group in STAGE_GROUPS + ("profile",):
+        line = next(line for line in result.stdout.splitlines() if line.strip().startswith(f"{group}:"))
+        assert set(line.split(":", 1)[1].replace(",", " ").split()) == set(options(group))

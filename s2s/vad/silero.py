@@ -62,8 +62,8 @@ class SileroVAD(Stage):
             raise ConfigErrors(errors)
 
     def setup(self) -> None:
-        silero_vad = require("silero_vad", backend="vad=silero", extra="default")
-        self._torch = require("torch", backend="vad=silero", extra="default")
+        silero_vad = require("silero_vad", backend="vad=silero", extra=None)
+        self._torch = require("torch", backend="vad=silero", extra=None)
         self._model = silero_vad.load_silero_vad(onnx=self.onnx)
 
     def reset(self) -> None:
