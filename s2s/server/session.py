@@ -203,6 +203,9 @@ class Session:
             await handler(client_event)
         except ProtocolError as error:
             self.fail(error)
+        except Exception as error:  # a bug or a stage failing to build: this event fails, the session goes on
+            log.exception("session %s: handling a client event failed", self.id)
+            self.fail(ProtocolError("server_error", f"internal error: {type(error).__name__}: {error}"))
 
     async def _session_update(self, client_event: ClientEvent) -> None:
         update = protocol.parse_session_update(client_event, self.limits)
