@@ -1,0 +1,108 @@
+"""NVIDIA Parakeet TDT: onnx-asr (onnxruntime, any OS) or parakeet-mlx (Apple silicon), chosen per platform."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from s2s import audio
+from s2s.config_errors import ConfigError, OneOf, ValidationContext
+from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.stage import Stage, require
+from s2s.stt.languages import WHISPER_LANGUAGES
+from s2s.stt.whisper import check_model_folder, looks_like_path
+
+log = logging.getLogger(__name__)
+RATE = 16000
+# Published checkpoints by name: onnx-asr's model names (istupakov's ONNX exports) and mlx-community's repos.
+MODELS = {
+    "parakeet-tdt-0.6b-v2": {"onnx": "nemo-parakeet-tdt-0.6b-v2", "mlx": "mlx-community/parakeet-tdt-0.6b-v2"},
+    "parakeet-tdt-0.6b-v3": {"onnx": "nemo-parakeet-tdt-0.6b-v3", "mlx": "mlx-community/parakeet-tdt-0.6b-v3"},
+}
+RUNTIME = {"onnx": "onnxruntime", "mlx": "mlx"}  # the runtime each backend needs (platform configs: host.unavailable)
+
+
+class ParakeetSTT(Stage):
+    """Transcribes each utterance with Parakeet TDT (English v2, 25 European languages v3).
+
+    Args:
+        model: ``parakeet-tdt-0.6b-v2`` or ``parakeet-tdt-0.6b-v3`` (each backend's published copy), a local
+            folder in the backend's layout (onnx-asr: ``encoder-model.onnx``, ``decoder_joint-model.onnx``,
+            ``vocab.txt``; mlx: ``config.json``, ``model.safetensors``) or a hub id of the backend.
+        backend: ``onnx`` (onnx-asr on onnxruntime) or ``mlx`` (parakeet-mlx); Apple silicon picks mlx.
+        quantization: onnx only: null (float32) or int8 (the ``*.int8.onnx`` files).
+        language: the language the transcript is labelled with (Parakeet does not report one); null leaves it
+            unknown, so a language-switching TTS keeps its own.
+    """
+
+    accepts = (SpeechSegment,)
+    emits = (Transcript,)
+
+    def __init__(self, model: str = "parakeet-tdt-0.6b-v2", backend: Literal["onnx", "mlx"] = "onnx",
+                 quantization: Literal["int8"] | None = None,
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en") -> None:
+        self.model_name = model
+        self.backend = backend
+        self.quantization = quantization
+        self.language = language
+        self._model: Any = None
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        backend = kwargs.get("backend", "onnx")
+        if RUNTIME[backend] in context.unavailable:
+            others = ", ".join(name for name, runtime in RUNTIME.items() if runtime not in context.unavailable)
+            why = context.unavailable[RUNTIME[backend]]
+            raise ConfigError(f"{context.group}.backend", backend, f"one of {others} on platform {context.platform} "
+                                                                   f"({why})")
+        if backend == "mlx" and kwargs.get("quantization") is not None:
+            raise ConfigError(f"{context.group}.quantization", kwargs["quantization"],
+                              "null with backend=mlx (quantized MLX checkpoints are separate repos: set stt.model)")
+        check_model_folder(kwargs, context, "parakeet-tdt-0.6b-v3")
+
+    def _source(self) -> tuple[str, bool]:
+        """What the backend loads, and whether it is a local folder."""
+        if looks_like_path(self.model_name):
+            return str(Path(self.model_name).expanduser()), True
+        return MODELS.get(self.model_name, {}).get(self.backend, self.model_name), False
+
+    def setup(self) -> None:
+        source, local = self._source()
+        if self.backend == "mlx":
+            parakeet_mlx = require("parakeet_mlx", backend="stt=parakeet (backend=mlx)", extra="parakeet")
+            import mlx.core as mx
+
+            self._model = parakeet_mlx.from_pretrained(source, dtype=mx.bfloat16)
+        else:
+            onnx_asr = require("onnx_asr", backend="stt=parakeet (backend=onnx)", extra="parakeet")
+            kind = "nemo-conformer-tdt" if local else source  # a folder: its files say the rest
+            self._model = onnx_asr.load_model(kind, source if local else None, quantization=self.quantization)
+
+    def warm_up(self) -> None:
+        self._transcribe(audio.silence(1.0, RATE))
+
+    def _transcribe(self, samples: Any) -> str:
+        if self.backend == "mlx":
+            import mlx.core as mx
+            from parakeet_mlx.audio import get_logmel
+
+            mel = get_logmel(mx.array(samples), self._model.preprocessor_config)
+            return self._model.generate(mel)[0].text.strip()
+        return str(self._model.recognize(samples, sample_rate=RATE)).strip()
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, SpeechSegment)
+        text = self._transcribe(audio.resample(message.samples, message.sample_rate, RATE))
+        if text:
+            yield Transcript(text, message.turn, self.language)
+        else:
+            log.info("turn %d: no words recognised, no reply", message.turn)
+            yield TurnEnd(message.turn)
+
+    def close(self) -> None:
+        self._model = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self._source()[0], "backend": self.backend,
+                "device": "mlx (Metal)" if self.backend == "mlx" else "cpu (onnxruntime)"}
