@@ -148,3 +148,26 @@ def test_the_api_key_comes_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("OPENAI_API_KEY")
     specs = validate(compose_config(["llm=openai"], tmp_path))
     assert next(s for s in specs if s.group == "llm").kwargs["api_key"] is None
+
+
+@pytest.mark.slow
+def test_a_sweep_over_local_and_api_llms_gives_one_row_each(served, tool_lm, espeak, tmp_path):
+    """python run.py -m llm=transformers,openai: the same tiny model in-process and behind the server."""
+    import csv
+
+    from conftest import run_cli
+
+    question = espeak("What is the capital of France?", tmp_path / "question.wav")
+    sweep = tmp_path / "sweep"
+    # keys only one backend has come from the environment (OPENAI_BASE_URL), so both jobs take every override
+    result = run_cli("-m", "llm=transformers,openai", f"llm.model={tool_lm}", "llm.system_prompt=null",
+                     f"source.path={question}", "sink=discard", f"hydra.sweep.dir={sweep}", cwd=tmp_path,
+                     env={"OPENAI_BASE_URL": served}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with (sweep / "summary.csv").open(newline="") as file:
+        table = list(csv.DictReader(file))
+    assert [(r["label"], r["status"], r["error"]) for r in table] == [
+        ("llm=transformers", "completed", ""), ("llm=openai", "completed", "")]
+    for row in table:
+        assert float(row["llm_first_token_s"]) > 0 and float(row["voice_to_voice_s"]) > 0
+    assert "| 1 | `llm=openai` | completed |" in (sweep / "summary.md").read_text()
