@@ -223,14 +223,15 @@ def test_a_client_that_vanishes_mid_reply_frees_its_session(server, speech):
 
 
 def test_the_file_client_speaks_a_question_and_writes_the_reply(server, speech, tmp_path):
-    out = tmp_path / "reply.wav"
-    result = subprocess.run([sys.executable, "-m", "s2s.client", "--url", server.url, "--api-key", API_KEY,
-                             "--file", str(speech["short"]), "--out", str(out)], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "you:" in result.stdout and "assistant:" in result.stdout and "quick" in result.stdout.lower()
-    data, rate = soundfile.read(out)
-    assert rate == 24000 and len(data) > rate
+    for rate in (24000, 16000):  # 16 kHz: PCM16 both ways at the rate the client names
+        out = tmp_path / f"reply-{rate}.wav"
+        result = subprocess.run([sys.executable, "-m", "s2s.client", "--url", server.url, "--api-key", API_KEY,
+                                 "--file", str(speech["short"]), "--out", str(out), "--rate", str(rate)], cwd=ROOT,
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "you:" in result.stdout and "assistant:" in result.stdout and "quick" in result.stdout.lower()
+        data, written_rate = soundfile.read(out)
+        assert written_rate == rate and len(data) > rate
     refused = subprocess.run([sys.executable, "-m", "s2s.client", "--url", server.url, "--api-key", "wrong-key-00",
                               "--file", str(speech["short"])], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "401" in refused.stderr
@@ -283,3 +284,26 @@ def test_bad_server_settings_and_impossible_profiles_are_config_errors(tmp_path)
     assert "server.port=70000: invalid" in result.stderr and "server.max_sessions=0: invalid" in result.stderr
     refused = run_cli("server=realtime", "profile=cuda_server", "platform=linux", "dry_run=true", cwd=tmp_path)
     assert refused.returncode == 2 and "cuda" in refused.stderr  # platform rules apply to the server as well
+
+
+def test_a_cancelled_reply_keeps_what_was_said_in_the_llm_history():
+    from s2s.llm.echo import EchoLM
+    from s2s.messages import Transcript
+    from s2s.server.session import keep_spoken_part
+
+    asked = "Tell me a story. It has a dog. And a tree."
+    llm = EchoLM()
+    llm.history_turns = 2
+    replies = llm.process(Transcript(asked, 0))
+    next(replies)
+    replies.close()  # what the runner does to a cancelled turn's LLM
+    keep_spoken_part(llm, asked, "Tell me a story.")
+    assert llm.chat_messages("And then?") == [{"role": "user", "content": asked},
+                                              {"role": "assistant", "content": "Tell me a story."},
+                                              {"role": "user", "content": "And then?"}]
+    finished = EchoLM()
+    finished.history_turns = 2
+    list(finished.process(Transcript(asked, 0)))  # the LLM was done; only the TTS and sink were behind
+    keep_spoken_part(finished, asked, "Tell me a story. It has a dog.")
+    said = {"role": "assistant", "content": "Tell me a story. It has a dog."}
+    assert finished.chat_messages("And then?")[:2] == [{"role": "user", "content": asked}, said]
