@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -256,14 +257,44 @@ def test_the_server_bench_command_runs_a_bounded_load(server):
     assert "sessions held" in result.stdout and "replies completed" in result.stdout and "p90" in result.stdout
 
 
-def test_no_device_errors_of_the_live_client_are_one_clear_line(tmp_path):
-    alsa = tmp_path / "asound.conf"
-    alsa.write_text("pcm.!default { type hw card 99 }\nctl.!default { type hw card 99 }\n")
-    env = {"ALSA_CONFIG_PATH": f"/usr/share/alsa/alsa.conf:{alsa}"}
+ALSA = "/usr/share/alsa/alsa.conf"
+needs_alsa = pytest.mark.skipif(not os.path.exists(ALSA), reason="needs ALSA (Linux with libasound2)")
+
+
+def alsa_env(conf: str) -> dict[str, str]:
+    return {**os.environ, "ALSA_CONFIG_PATH": f"{ALSA}:{ROOT / 'tests' / 'data' / conf}"}
+
+
+@needs_alsa
+def test_no_device_errors_of_the_live_client_are_one_clear_line():
     result = subprocess.run([sys.executable, "-m", "s2s.client", "--url", "ws://127.0.0.1:9/v1/realtime"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+                            cwd=ROOT, capture_output=True, text=True, timeout=60, env=alsa_env("asound_nodevice.conf"))
     assert result.returncode == 1
     assert result.stderr.startswith("error: ") and "--file" in result.stderr and "Traceback" not in result.stderr
+
+
+@needs_alsa
+def test_the_live_client_streams_the_microphone_until_ctrl_c(server):
+    """Under ALSA's null device the samples are garbage: this checks the flow, never content or timing."""
+    process = subprocess.Popen([sys.executable, "-m", "s2s.client", "--url", server.url, "--api-key", API_KEY],
+                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=alsa_env("asound_null.conf"),
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert "listening" in process.stdout.readline()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not server.get("/v1/sessions")[1]["active"]:
+            time.sleep(0.2)
+        assert server.get("/v1/sessions")[1]["active"] == 1
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 130, process.stdout.read()
+    finally:
+        process.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.get("/v1/sessions")[1]["active"]:
+        time.sleep(0.2)
+    assert server.get("/v1/sessions")[1]["active"] == 0
 
 
 def test_dry_run_prints_the_graph_each_session_gets_with_overrides_applied(tmp_path):
