@@ -15,6 +15,7 @@ from s2s.cache import build_once, cache_root
 from s2s.config_errors import ValidationContext
 from s2s.llm.base import LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
+from s2s.sharing import shared_model
 from s2s.stage import MissingExtraError, Stage, require
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,9 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
         try:
             self._tokenizer = transformers.AutoTokenizer.from_pretrained(path)
             dtype = torch_support.torch_dtype(self.dtype, self.device)
-            self._model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+            self._model = shared_model(  # one copy per process when the realtime server shares weights
+                ("transformers", path, str(dtype), self.device),
+                lambda: transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval())
         finally:
             transformers.utils.logging.enable_progress_bar()
 

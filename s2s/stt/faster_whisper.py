@@ -10,6 +10,7 @@ from s2s.stt.languages import WHISPER_LANGUAGES
 from s2s.config_errors import OneOf, Range
 from s2s import audio
 from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.sharing import shared_model
 from s2s.stage import Stage, require
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,10 @@ class FasterWhisperSTT(Stage):
             compute_type = "int8" if self.device == "cpu" else "float16"
         path = resolve_model(self.model_name)
         device, _, index = self.device.partition(":")
-        self._model = faster_whisper.WhisperModel(path, device=device, device_index=int(index or 0),
-                                                  compute_type=compute_type)
+        self._model = shared_model(  # one copy per process when the realtime server shares weights
+            ("faster_whisper", path, device, int(index or 0), compute_type),
+            lambda: faster_whisper.WhisperModel(path, device=device, device_index=int(index or 0),
+                                                compute_type=compute_type))
 
     def warm_up(self) -> None:
         list(self._model.transcribe(audio.silence(1.0, RATE), language=self.language or "en", beam_size=1)[0])

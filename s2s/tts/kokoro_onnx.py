@@ -13,6 +13,7 @@ import numpy as np
 
 from s2s.cache import build_once, cache_root
 from s2s.config_errors import Range
+from s2s.sharing import shared_model
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 from s2s.tts.g2p import english_g2p
@@ -70,7 +71,9 @@ class KokoroOnnxTTS(TTSStage):
         # honour a launcher's per-job thread budget (joblib/Ray set OMP_NUM_THREADS); 0 lets onnxruntime decide
         threads = os.environ.get("OMP_NUM_THREADS", "")
         options.intra_op_num_threads = int(threads) if threads.isdigit() else 0
-        self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._session = shared_model(  # one copy per process when the realtime server shares weights
+            ("onnxruntime", str(path), options.intra_op_num_threads),
+            lambda: onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
         self._vocab = json.loads(_data("vocab.json").read_text(encoding="utf-8"))["vocab"]
         with _data("voices_ja.npz").open("rb") as file:
             self._style = np.load(file)[self.voice]
