@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -338,3 +339,32 @@ def test_a_cancelled_reply_keeps_what_was_said_in_the_llm_history():
     keep_spoken_part(finished, asked, "Tell me a story. It has a dog.")
     said = {"role": "assistant", "content": "Tell me a story. It has a dog."}
     assert finished.chat_messages("And then?")[:2] == [{"role": "user", "content": asked}, said]
+
+
+def test_pipelines_share_whisper_weights_and_transcribe_at_the_same_time(espeak, tmp_path):
+    from s2s import audio as pipeline_audio
+    from s2s import sharing
+    from s2s.messages import SpeechSegment, Transcript
+    from s2s.stt.faster_whisper import FasterWhisperSTT
+
+    samples = pipeline_audio.read_audio(espeak("The quick brown fox.", tmp_path / "fox.wav"), 16000)
+    segment = SpeechSegment(samples, 16000, 0, 0.0, len(samples) / 16000)
+    sharing.enable()
+    try:
+        stages = [FasterWhisperSTT(device="cpu"), FasterWhisperSTT(device="cpu")]
+        for stage in stages:
+            stage.setup()
+        assert sharing.shared_count() == 1  # one model for both pipelines
+        heard: list[str] = []
+
+        def transcribe(stage):
+            heard.extend(m.text for m in stage.process(segment) if isinstance(m, Transcript))
+
+        threads = [threading.Thread(target=transcribe, args=(stage,)) for stage in stages]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert len(heard) == 2 and all("quick" in text.lower() for text in heard), heard
+    finally:
+        sharing.enable(False)

@@ -1,10 +1,11 @@
 """The pool of pipelines: the model stages of the composed config, set up once and lent to one session at a time.
 
 A session's graph is ``socket source -> its own VAD -> <the pooled stages> -> socket sink``. The pooled stages
-(STT, LLM, TTS, ...) hold the model weights; they are set up once per process, at start, and a session returns
-its pipeline reset (history cleared, instructions restored). With ``max_sessions`` pipelines, a session never
-waits for another one's models, and weights are loaded ``max_sessions`` times (not once: the stages of
-today's backends keep their model in the stage object).
+(STT, LLM, TTS, ...) are set up at start, and a session returns its pipeline reset (history cleared,
+instructions restored). Each pipeline has its own stage objects (history, tokenizer, voice); the weights are
+loaded once per process where the backend allows it (``s2s.sharing``: faster-whisper, transformers, Kokoro
+ONNX), so ``max_sessions`` pipelines cost little more memory than one. Other backends load one copy per
+pipeline.
 """
 from __future__ import annotations
 

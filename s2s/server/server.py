@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from omegaconf import DictConfig, OmegaConf
 
+from s2s import sharing
 from s2s.config import StageSpec
 from s2s.config_errors import ConfigError
 from s2s.graph import StageSetupError
@@ -112,6 +113,7 @@ def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
         print(describe_graph(cfg, session_specs(specs)))
         return 0
     require("websockets", backend="server=realtime", extra="server")
+    sharing.enable()  # the pipelines share weights where the backend allows it (faster-whisper, transformers, onnx)
     pool = Pool(specs, settings.max_sessions)
     try:
         pool.setup(warm_up=bool(cfg.runner.warm_up))
