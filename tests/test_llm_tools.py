@@ -3,6 +3,7 @@ that deterministically answer with one tool call; the <tool_call> filter; the tr
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
@@ -11,8 +12,10 @@ from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.llm.tools import ToolCall, ToolCallFilter, Toolbox
 from s2s.llm.transformers_lm import TransformersLM
-from s2s.messages import Metric, ReplyText, Transcript, TurnEnd
+from s2s.graph import Graph
+from s2s.messages import Data, Message, ReplyText, SpeechSegment, Transcript, TurnEnd
 from s2s.metrics import Recorder
+from s2s.stage import Stage
 from tests.fixtures import llm_models, weather_tools
 
 TOOLS_MODULE = "tests.fixtures.weather_tools"
@@ -27,7 +30,7 @@ def stage(request):
     stage.close()
 
 
-def test_the_call_runs_its_result_goes_back_and_the_follow_up_is_spoken(stage, tmp_path):
+def test_the_call_runs_its_result_goes_back_and_the_follow_up_is_spoken(stage):
     weather_tools.CALLS.clear()
     stage.reset()
     native = stage._native_tools()
@@ -40,20 +43,36 @@ def test_the_call_runs_its_result_goes_back_and_the_follow_up_is_spoken(stage, t
     assert stage.chat_messages("next")[:2] == [{"role": "user", "content": weather_tools.QUESTION},
                                                 {"role": "assistant", "content": weather_tools.FOLLOW_UP}]
 
-    recorder = Recorder(tmp_path)  # what the runner does with the stage's messages
-    recorder.on_output("stt", Transcript(weather_tools.QUESTION, 0, "en"), 0.0)
-    for message in out:
-        if isinstance(message, Metric):
-            recorder.on_metric("llm", message)
-        else:
-            recorder.on_output("llm", message, 1.0)
-    recorder.on_output("sink", TurnEnd(0), 2.0)
+
+
+class Asker(Stage):
+    """An STT stand-in for the runner test: every utterance is the weather question."""
+
+    accepts = (SpeechSegment,)
+    emits = (Transcript,)
+
+    def process(self, message: Data) -> Iterator[Message]:
+        yield Transcript(weather_tools.QUESTION, message.turn, "en")
+
+
+def test_the_runner_records_every_call_and_result_in_the_transcript(stage, tmp_path):
+    from graph_stages import Collector, CountingSource, Segmenter, Voice
+
+    stage.reset()
+    graph = Graph([("source", CountingSource(turns=1)), ("vad", Segmenter()), ("stt", Asker()), ("llm", stage),
+                   ("tts", Voice()), ("sink", Collector())], observer=Recorder(tmp_path))
+    graph.setup()
+    try:
+        assert graph.run().status == "completed"
+    finally:
+        graph.close()
     [line] = [json.loads(text) for text in (tmp_path / "transcript.jsonl").read_text().splitlines()]
     [event] = line["events"]
     assert {k: v for k, v in event.items() if k != "seconds"} == {
         "event": "tool_call", "tool": "get_weather", "arguments": {"city": "Paris"},
         "result": weather_tools.RESULT, "error": False}
-    assert line["assistant"] == weather_tools.FOLLOW_UP and "tool_call" not in line["reported"]
+    assert line["user"] == weather_tools.QUESTION and line["assistant"] == weather_tools.FOLLOW_UP
+    assert "tool_call" not in line["reported"]
 
 
 def test_the_prompted_format_puts_the_tools_in_the_system_prompt():

@@ -85,6 +85,10 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
         temperature: 0 decodes greedily (reproducible); above 0 samples.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null. Chat templates
             with a tools section get them natively; others get them in the system prompt (``<tool_call>``).
+        repetition_penalty: above 1 makes tokens the reply already used less likely (1 turns it off); the
+            prompt (system prompt, history, question) is not penalised, so the answer may repeat the question.
+        first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
+        first_chunk_min_words: a clause shorter than this does not end the first chunk.
     """
 
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto",
@@ -92,14 +96,17 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
                  system_prompt: str | None = None, max_new_tokens: Annotated[int, Range(1, 4096)] = 64,
                  history_turns: Annotated[int, Range(0, 1000)] = 4,
                  temperature: Annotated[float, Range(0, 5)] = 0.0, cache_dir: str | None = None,
-                 tools: str | None = None) -> None:
+                 tools: str | None = None, repetition_penalty: Annotated[float, Range(1, 2)] = 1.15,
+                 first_chunk_words: Annotated[int, Range(0)] = 6,
+                 first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
         self.model_name = model
         self.device = device
         self.dtype = dtype
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        self.repetition_penalty = repetition_penalty
         self.cache_dir = cache_dir
-        self._init_chat(system_prompt, history_turns, tools)
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words)
         self._model: Any = None
         self._tokenizer: Any = None
 
@@ -125,7 +132,8 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
         self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
-        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+        from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, StoppingCriteria,
+                                  StoppingCriteriaList, TextIteratorStreamer)
 
         cancelled = threading.Event()
 
@@ -140,12 +148,16 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
                                         clean_up_tokenization_spaces=False)
         sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
             {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        # only the reply's own tokens are penalised (transformers' default would also penalise the prompt's)
+        guard = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(
+            self.repetition_penalty, prompt_ignore_length=inputs["input_ids"].shape[-1])]) \
+            if self.repetition_penalty != 1.0 else None
         failure: list[BaseException] = []
 
         def generate() -> None:
             try:
                 self._model.generate(**inputs, streamer=streamer, max_new_tokens=self.max_new_tokens,
-                                     stopping_criteria=StoppingCriteriaList([Cancel()]),
+                                     stopping_criteria=StoppingCriteriaList([Cancel()]), logits_processor=guard,
                                      pad_token_id=self._tokenizer.eos_token_id, **sampling)
             except BaseException as error:  # surfaced in the stage's own thread below
                 failure.append(error)
