@@ -89,6 +89,22 @@ def test_closing_the_reply_cancels_the_request(served, tool_lm):
         stage.close()
 
 
+def test_closing_the_reply_closes_the_servers_stream(faulty):
+    stage = make(f"{faulty}/slow/v1", "m")
+    try:
+        replies = stage.process(Transcript("hi", 0, "en"))
+        assert isinstance(next(replies), Metric)  # the first token arrived: the server is streaming
+        openai_servers.STREAMS_ENDED.clear()
+        closed = time.monotonic()
+        replies.close()  # what the runner does on barge-in or shutdown
+        deadline = closed + 5
+        while not openai_servers.STREAMS_ENDED and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert openai_servers.STREAMS_ENDED and openai_servers.STREAMS_ENDED[0] - closed < 1.0
+    finally:
+        stage.close()
+
+
 def test_an_unknown_model_fails_in_setup_naming_the_server(served):
     with pytest.raises(RuntimeError) as caught:
         make(served, "no-such/model")
