@@ -89,8 +89,9 @@ def test_closing_the_reply_cancels_the_request(served, tool_lm):
         stage.close()
 
 
-def test_closing_the_reply_closes_the_servers_stream(faulty):
-    stage = make(f"{faulty}/slow/v1", "m")
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+def test_closing_the_reply_closes_the_servers_stream(faulty, api):
+    stage = make(f"{faulty}/slow/v1", "m", api=api)
     try:
         replies = stage.process(Transcript("hi", 0, "en"))
         assert isinstance(next(replies), Metric)  # the first token arrived: the server is streaming
@@ -129,9 +130,10 @@ def test_a_wrong_key_fails_in_setup_with_what_the_server_said(faulty):
     make(url, "m", api_key=openai_servers.API_KEY).close()  # the right key passes
 
 
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
 @pytest.mark.parametrize("mode", ["drop", "stall"])
-def test_a_server_failing_mid_reply_ends_the_turn_with_an_error(faulty, mode, caplog):
-    stage = make(f"{faulty}/{mode}/v1", "m", timeout_s=1.0)
+def test_a_server_failing_mid_reply_ends_the_turn_with_an_error(faulty, mode, api, caplog):
+    stage = make(f"{faulty}/{mode}/v1", "m", timeout_s=1.0, api=api)
     start = time.perf_counter()
     try:
         out = list(stage.process(Transcript("hi", 5, "en")))
