@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from s2s.messages import (Control, Data, EndOfStream, Message, Metric, SpeechSegment, SpeechStarted,
-                          TurnEnd)
+                          TurnConfirmed, TurnDiscarded, TurnEnd)
 from s2s.stage import Source, Stage
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,11 @@ class Graph:
         self._failure: StageFailure | None = None
         self._failure_lock = threading.Lock()
         self._cancel_below = -1  # data for turns below this is stale (barge-in); only ever grows
+        # speculative turns: work starts before the turn is confirmed, but nothing reaches the sink until then
+        self._discarded: set[int] = set()  # speculative attempts the user spoke over: all their data is stale
+        self._unconfirmed: set[int] = set()
+        self._held: dict[int, list[Message]] = {}  # what was bound for the sink while its turn was unconfirmed
+        self._gate = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, warm_up: bool = True) -> dict[str, float]:
@@ -243,6 +248,8 @@ class Graph:
                 return
             if isinstance(message, TurnEnd) and not self._stale(message):
                 self._drain(index, stage.end_turn(message.turn))
+            if isinstance(message, TurnDiscarded):
+                stage.discard(message.turn)
             if isinstance(message, Control):
                 self._emit(index, message)
                 continue
@@ -269,7 +276,36 @@ class Graph:
 
     def _stale(self, message: Message) -> bool:
         turn = getattr(message, "turn", None)
-        return turn is not None and turn < self._cancel_below
+        return turn is not None and (turn < self._cancel_below or turn in self._discarded)
+
+    def _speculate(self, message: Message) -> None:
+        """Out of band, as soon as the VAD says so: open, confirm or discard a speculative turn."""
+        if isinstance(message, SpeechSegment) and message.speculative:
+            with self._gate:
+                self._unconfirmed.add(message.turn)
+        elif isinstance(message, TurnConfirmed):
+            with self._gate:
+                if message.turn in self._unconfirmed:
+                    self._unconfirmed.discard(message.turn)
+                    for held in self._held.pop(message.turn, []):  # in order, before anything newer
+                        self._queues[-1].put(held)
+            if self.half_duplex:
+                self._deaf_turn = message.turn
+        elif isinstance(message, TurnDiscarded):
+            log.info("turn %d: the user went on speaking; its speculative reply is dropped", message.turn)
+            with self._gate:
+                self._discarded.add(message.turn)
+                self._unconfirmed.discard(message.turn)
+                self._held.pop(message.turn, None)
+
+    def _to_sink(self, message: Message) -> None:
+        """The sink's inbox, unless the message's turn is still unconfirmed: then it waits for the confirmation."""
+        turn = getattr(message, "turn", None)
+        with self._gate:
+            if turn is not None and turn in self._unconfirmed:
+                self._held.setdefault(turn, []).append(message)
+                return
+            self._queues[-1].put(message)
 
     def _emit(self, index: int, message: Message) -> None:
         name = self.stages[index][0]
@@ -277,12 +313,15 @@ class Graph:
             self.observer.on_metric(name, message)
             return
         self.observer.on_output(name, message, time.perf_counter())
-        if self.half_duplex and isinstance(message, SpeechSegment):
+        self._speculate(message)
+        if self.half_duplex and isinstance(message, SpeechSegment) and not message.speculative:
             self._deaf_turn = message.turn
         elif isinstance(message, TurnEnd) and index == len(self.stages) - 1 and message.turn == self._deaf_turn:
             self._deaf_turn = None
         if isinstance(message, SpeechStarted) and self.barge_in and message.turn > self._cancel_below:
             log.info("barge-in: user started turn %d, dropping older replies", message.turn)
             self._cancel_below = message.turn
-        if index + 1 < len(self.stages):
+        if index + 2 == len(self.stages):
+            self._to_sink(message)
+        elif index + 1 < len(self.stages):
             self._queues[index].put(message)

@@ -46,6 +46,9 @@ class SpeechSegment(Data):
     turn: int
     start_s: float  # position in the input stream
     end_s: float
+    speech_end_s: float | None = None  # end of the last voiced frame, on the input clock (end_s adds padding)
+    closed_s: float | None = None  # input position when the VAD let the segment go (endpointing included)
+    speculative: bool = False  # let go after a short silence: a TurnConfirmed or TurnDiscarded follows
 
     @property
     def duration_s(self) -> float:
@@ -86,6 +89,24 @@ class ReplyAudio(Data):
 @dataclass(frozen=True)
 class SpeechStarted(Control):
     """The VAD heard the user start turn ``turn``; with ``runner.barge_in`` it cancels older turns."""
+
+    turn: int
+
+
+@dataclass(frozen=True)
+class TurnConfirmed(Control):
+    """The silence after speculative turn ``turn`` lasted: its reply may reach the user."""
+
+    turn: int
+    at_s: float  # input position of the confirmation
+
+
+@dataclass(frozen=True)
+class TurnDiscarded(Control):
+    """The user went on speaking after speculative turn ``turn``: all work on it is dropped, nothing of it stays.
+
+    The utterance continues as a later turn that holds the whole speech.
+    """
 
     turn: int
 

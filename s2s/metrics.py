@@ -16,12 +16,12 @@ from typing import Any
 
 from s2s.platform import machine_info, peak_memory_mb
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, Transcript,
-                          TurnEnd)
+                          TurnConfirmed, TurnDiscarded, TurnEnd)
 
 log = logging.getLogger("s2s.metrics")
 
-FIGURES = ("voice_to_voice_s", "stt_s", "llm_first_token_s", "llm_first_sentence_s", "llm_total_s",
-           "tts_first_audio_s", "tts_rtf")
+FIGURES = ("voice_to_voice_s", "endpoint_s", "stt_s", "llm_first_token_s", "llm_first_sentence_s", "llm_total_s",
+           "tts_first_audio_s", "held_s", "tts_rtf")
 
 
 @dataclass
@@ -35,8 +35,14 @@ class Turn:
     user_audio_s: float | None = None
     reply_audio_s: float = 0.0
     complete: bool = False
-    # raw event times
-    speech_end: float | None = None
+    # on the input stream's clock (0 = the first input sample)
+    speech_end_at_s: float | None = None  # the last voiced frame
+    closed_at_s: float | None = None  # the VAD let the segment go (work on the turn starts)
+    confirmed_at_s: float | None = None  # a speculative turn's silence lasted
+    speculative: bool = False
+    anchors: list[tuple[float, float]] = field(default_factory=list)  # (input clock, perf_counter) pairs
+    console: list[str] = field(default_factory=list)  # lines shown once the turn is confirmed
+    # perf_counter times
     stt_start: float | None = None
     stt_end: float | None = None
     llm_start: float | None = None
@@ -54,19 +60,38 @@ class Turn:
             return None if a is None or b is None else round(b - a, 4)
 
         rtf = round(self.tts_busy_s / self.reply_audio_s, 4) if self.reply_audio_s else None
+        first_audio_at = self.first_audio_at_s()
         return {
-            "voice_to_voice_s": span(self.speech_end, self.first_reply_at_sink),
+            "speech_end_at_s": None if self.speech_end_at_s is None else round(self.speech_end_at_s, 4),
+            "first_audio_at_s": None if first_audio_at is None else round(first_audio_at, 4),
+            # from the end of speech, endpointing included, to the first reply audio at the sink
+            "voice_to_voice_s": span(self.speech_end_at_s, first_audio_at),
+            "endpoint_s": span(self.speech_end_at_s, self.closed_at_s),  # silence waited before work started
+            "confirm_s": span(self.speech_end_at_s, self.confirmed_at_s),  # ... and before a reply may play
             "stt_s": span(self.stt_start, self.stt_end),
             "llm_first_token_s": round(self.reported["llm_first_token_s"], 4)
             if "llm_first_token_s" in self.reported else None,
             "llm_first_sentence_s": span(self.llm_start, self.llm_first_sentence),
             "llm_total_s": span(self.llm_start, self.llm_end),
             "tts_first_audio_s": span(self.tts_start, self.tts_first_audio),
+            "held_s": span(self.tts_first_audio, self.first_reply_at_sink),  # ready, waiting for confirmation
             "tts_rtf": rtf,  # synthesis time / audio duration: below 1 is faster than real time
         }
 
+    def first_audio_at_s(self) -> float | None:
+        """When the first reply audio reached the sink, on the input clock.
+
+        Wall time is mapped onto the input clock through each point where both are known (the VAD letting the
+        segment go, the confirmation); the latest mapping wins, so a file read faster than real time still
+        counts the silence that confirmed the turn. Under real-time pacing all mappings agree.
+        """
+        if self.first_reply_at_sink is None or not self.anchors:
+            return None
+        return max(at + (self.first_reply_at_sink - wall) for at, wall in self.anchors)
+
     def record(self) -> dict[str, Any]:
         return {"turn": self.turn, "user": self.user, "assistant": " ".join(self.assistant),
+                "first_chunk": self.assistant[0] if self.assistant else "",
                 "language": self.language, "complete": self.complete,
                 "user_audio_s": None if self.user_audio_s is None else round(self.user_audio_s, 3),
                 "reply_audio_s": round(self.reply_audio_s, 3), "timings": self.figures(),
@@ -95,10 +120,13 @@ class Recorder:
         self.status = "running"
         self.error: str | None = None
         self._tts_open: dict[int, float] = {}
+        self._discarded: set[int] = set()  # speculative attempts the user spoke over: they leave no trace
         self.console = console  # print each heard turn and each reply sentence as it happens
         self._lock = threading.Lock()
 
     def _turn(self, number: int) -> Turn:
+        if number in self._discarded:
+            return Turn(number)  # late news of a dropped attempt: recorded nowhere
         return self.turns.setdefault(number, Turn(number))
 
     # --- Observer protocol -------------------------------------------------------------------------
@@ -129,15 +157,29 @@ class Recorder:
         with self._lock:
             if isinstance(message, SpeechSegment):
                 turn = self._turn(message.turn)
-                turn.speech_end, turn.user_audio_s = now, message.duration_s
+                turn.user_audio_s, turn.speculative = message.duration_s, message.speculative
+                turn.speech_end_at_s = message.end_s if message.speech_end_s is None else message.speech_end_s
+                turn.closed_at_s = message.end_s if message.closed_s is None else message.closed_s
+                turn.anchors.append((turn.closed_at_s, now))
+            elif isinstance(message, TurnConfirmed):
+                turn = self._turn(message.turn)
+                turn.confirmed_at_s = message.at_s
+                turn.anchors.append((message.at_s, now))
+                turn.speculative = False
+                for line in turn.console:
+                    self._say(line)
+                turn.console.clear()
+            elif isinstance(message, TurnDiscarded):
+                self._discarded.add(message.turn)
+                self.turns.pop(message.turn, None)
             elif isinstance(message, Transcript):
                 turn = self._turn(message.turn)
                 turn.stt_end, turn.user, turn.language = now, message.text, message.language
-                self._say(f"you: {message.text}")
+                self._say(f"you: {message.text}", turn)
             elif isinstance(message, ReplyText):
                 turn = self._turn(message.turn)
                 turn.llm_first_sentence = turn.llm_first_sentence or now
-                self._say(("assistant: " if not turn.assistant else "           ") + message.text)
+                self._say(("assistant: " if not turn.assistant else "           ") + message.text, turn)
                 turn.assistant.append(message.text)
             elif isinstance(message, ReplyAudio):
                 turn = self._turn(message.turn)
@@ -160,8 +202,11 @@ class Recorder:
                 self._turn(metric.turn).reported[metric.name] = metric.value
 
     # --- output -------------------------------------------------------------------------------------
-    def _say(self, line: str) -> None:
-        if self.console:
+    def _say(self, line: str, turn: Turn | None = None) -> None:
+        """Show a line now, or once ``turn`` is confirmed (a speculative attempt may still be dropped)."""
+        if turn is not None and turn.speculative:
+            turn.console.append(line)
+        elif self.console:
             print(line, flush=True)
 
     def _finish(self, turn: Turn) -> None:
@@ -172,9 +217,12 @@ class Recorder:
                  record["assistant"])
         self.write()
 
+    def _kept(self) -> list[Turn]:
+        """Turns in order, without a speculative attempt that was never confirmed (it may not leave a trace)."""
+        return [turn for turn in sorted(self.turns.values(), key=lambda t: t.turn) if not turn.speculative]
+
     def summary(self) -> dict[str, Any]:
-        records = [turn.record() for turn in sorted(self.turns.values(), key=lambda t: t.turn) if turn.user
-                   or turn.assistant]
+        records = [turn.record() for turn in self._kept() if turn.user or turn.assistant]
         medians = {}
         for name in FIGURES:
             values = [r["timings"][name] for r in records if r["timings"][name] is not None]
@@ -188,7 +236,7 @@ class Recorder:
         if status:
             self.status, self.error = status, error
         with self._lock:
-            turns = [turn.record() for turn in sorted(self.turns.values(), key=lambda t: t.turn)]
+            turns = [turn.record() for turn in self._kept()]
         document = {"status": self.status, "error": self.error, "summary": self.summary(), "turns": turns,
                     "setup_s": {k: round(v, 3) for k, v in self.setup_s.items()},
                     "peak_memory_mb": peak_memory_mb(), "machine": machine_info(), **self.run_info}
@@ -199,8 +247,7 @@ class Recorder:
     def finish(self, status: str, error: str | None = None) -> None:
         """Write turns that never completed (stopped mid-way) to the transcript, then the final metrics."""
         with self._lock:
-            unfinished = [turn for turn in sorted(self.turns.values(), key=lambda t: t.turn)
-                          if not turn.complete and (turn.user or turn.assistant)]
+            unfinished = [turn for turn in self._kept() if not turn.complete and (turn.user or turn.assistant)]
         with self.transcript_path.open("a", encoding="utf-8") as file:
             for turn in unfinished:
                 file.write(json.dumps(turn.record(), ensure_ascii=False) + "\n")
@@ -212,6 +259,6 @@ def format_figures(figures: dict[str, float | None]) -> str:
         value = figures.get(name)
         return f"{label} {'-' if value is None else f'{value:.2f}{unit}'}"
 
-    return ", ".join([show("voice_to_voice_s", "voice-to-voice"), show("stt_s", "stt"),
+    return ", ".join([show("voice_to_voice_s", "voice-to-voice"), show("endpoint_s", "endpoint"), show("stt_s", "stt"),
                       show("llm_first_token_s", "llm first token"), show("llm_first_sentence_s", "first sentence"),
                       show("tts_first_audio_s", "tts first audio"), show("tts_rtf", "rtf", "")])

@@ -2,8 +2,8 @@
 
 A stage is built from plain config values (cheap: no model load, no heavy import), then the runner calls
 ``setup()`` once (load the model here, importing the backend library here), ``warm_up()``,
-``process(message)`` per input message, ``end_turn(turn)`` when a turn is complete, ``flush()`` at end of
-input, ``reset()`` between conversations and ``close()`` at the end.
+``process(message)`` per input message, ``end_turn(turn)`` when a turn is complete, ``discard(turn)`` when a
+speculative turn is dropped, ``flush()`` at end of input, ``reset()`` between conversations and ``close()`` at the end.
 A stage never sees a queue, a thread or a stop flag: it only yields messages. When the runner stops consuming
 a ``process`` generator (interruption, shutdown), it closes it, so ``finally`` blocks in a backend run.
 """
@@ -74,6 +74,13 @@ class Stage:
     def flush(self) -> Iterator[Message]:
         """End of input: yield whatever is still buffered (e.g. an open speech segment)."""
         return iter(())
+
+    def discard(self, turn: int) -> None:
+        """Forget what ``turn`` left in per-conversation state: a speculative attempt the user spoke over.
+
+        The runner calls it in the stage's own thread when the ``TurnDiscarded`` reaches the stage, so it
+        comes after everything the stage did for that turn.
+        """
 
     def reset(self) -> None:
         """Forget per-conversation state (history, buffers)."""

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from s2s.messages import (AudioChunk, Data, Message, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted,
-                          Transcript, TurnEnd)
+                          Transcript, TurnConfirmed, TurnDiscarded, TurnEnd)
 from s2s.stage import Source, Stage
 
 
@@ -51,6 +51,36 @@ class Segmenter(Stage):
         if self.held is not None:
             yield self.held
             self.held = None
+
+
+class Speculator(Stage):
+    """A VAD that follows a script, one action per input chunk: "speak", "spec", "discard" or "confirm".
+
+    "spec" lets a speculative segment of the open turn go, "discard" drops it (the utterance continues as the
+    next turn), "confirm" confirms it; each action's perf_counter time is kept in ``times``.
+    """
+
+    accepts = (AudioChunk,)
+
+    def __init__(self, script: list[str]) -> None:
+        self.script, self.turn, self.chunk = list(script), 0, 0
+        self.times: list[tuple[str, int, float]] = []
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, AudioChunk)
+        action = self.script[self.chunk] if self.chunk < len(self.script) else "speak"
+        position = self.chunk * 0.5
+        self.chunk += 1
+        self.times.append((action, self.turn, time.perf_counter()))
+        if action == "spec":
+            yield SpeechSegment(message.samples, 16000, self.turn, 0.0, position, speech_end_s=position - 0.2,
+                                closed_s=position, speculative=True)
+        elif action == "discard":
+            yield TurnDiscarded(self.turn)
+            self.turn += 1
+        elif action == "confirm":
+            yield TurnConfirmed(self.turn, position)
+            self.turn += 1
 
 
 class Recognizer(Stage):

@@ -37,6 +37,7 @@ def _start(speech: Path, out: Path) -> subprocess.Popen:
         [sys.executable, str(ROOT / "run.py"), f"source.path={speech}", "source.realtime=true",
          "runner.warm_up=false", f"hydra.run.dir={out}"],
         cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},  # a native abort shows every thread's stack
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
@@ -82,7 +83,8 @@ def test_a_signal_at_any_moment_exits_cleanly_and_keeps_what_was_written(tmp_pat
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 128 + signum, f"exit {process.returncode}: {stderr[-3000:]}"  # never 134
+    fatal = stderr[stderr.find("Fatal Python error"):][:6000] if "Fatal Python error" in stderr else stderr[-3000:]
+    assert process.returncode == 128 + signum, f"exit {process.returncode}: {fatal}"  # never 134 (an abort)
     assert "terminate called" not in stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["status"] == "interrupted"

@@ -2,6 +2,8 @@
 
 python -m s2s.bench server --sessions N --seconds T: a bounded load on the realtime server (loopback only).
 
+python -m s2s.bench latency [FILES...] [key=value ...]: voice-to-voice from the end of speech, realtime-paced.
+
 The TTS benchmark is a config group instead, so it sweeps like everything else: python run.py -m bench=tts tts=...
 """
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from s2s.bench.latency import bench_latency
 from s2s.bench.runner import bench_runner, report
 from s2s.bench.server import add_arguments as add_server_arguments
 from s2s.bench.server import bench_server
@@ -24,7 +27,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="gap between messages in the latency pass (default 1 ms: one message in flight)")
     server = commands.add_parser("server", help="a bounded load on the realtime server (loopback only)")
     add_server_arguments(server)
+    latency = commands.add_parser("latency", help="voice-to-voice from the end of speech on the composed pipeline")
+    latency.add_argument("inputs", nargs="*", metavar="FILE|key=value",
+                         help="speech files (default: the bundled sample and espeak-ng questions) and config "
+                              "overrides such as tts=kokoro_onnx vad.min_silence_ms=500")
+    latency.add_argument("--gap-s", type=float, default=6.0,
+                         help="silence after each file, time for the reply (default 6 s)")
     args = parser.parse_args(argv)
+    if args.command == "latency":
+        overrides = [item for item in args.inputs if "=" in item]
+        try:
+            return bench_latency([item for item in args.inputs if "=" not in item], overrides, args.gap_s)
+        except ValueError as error:
+            parser.error(str(error))
     if args.command == "server":
         try:
             return bench_server(args)

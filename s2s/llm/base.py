@@ -46,6 +46,7 @@ class LLMStage:
         self.first_chunk_min_words = first_chunk_min_words  # ... but never fewer ("Yes," alone sounds clipped)
         self._toolbox: Toolbox | None = None
         self._history: list[dict[str, Any]] = []
+        self._history_turns: list[int] = []  # the turn each history message belongs to
 
     def _load_tools(self) -> None:
         """Import the ``llm.tools`` module (trusted user code); called from ``setup``."""
@@ -60,7 +61,19 @@ class LLMStage:
                 *({"role": "tool", "tool_call_id": result.call.id, "content": result.output} for result in results)]
 
     def reset(self) -> None:
-        self._history = []
+        self._history, self._history_turns = [], []
+
+    def remember(self, turn: int, user_text: str, reply: str) -> None:
+        """Put one exchange into the history, replacing what ``turn`` had there (e.g. a reply cut short)."""
+        self.discard(turn)
+        self._history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
+        self._history_turns += [turn, turn]
+
+    def discard(self, turn: int) -> None:
+        """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
+        kept = [index for index, owner in enumerate(self._history_turns) if owner != turn]
+        self._history = [self._history[index] for index in kept]
+        self._history_turns = [self._history_turns[index] for index in kept]
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         raise NotImplementedError
@@ -76,8 +89,19 @@ class LLMStage:
         # a sentence the reply already said ends it (small models loop): every backend stops the same way
         splitter = SentenceSplitter(first_chunk_words=self.first_chunk_words,
                                     first_chunk_min_words=self.first_chunk_min_words, stop_on_repeat=True)
-        first, failed = True, False
+        finished = False
+        spoken: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
         messages = self.chat_messages(message.text)
+        try:
+            yield from self._reply(message, messages, splitter, spoken, start)
+            finished = True
+        finally:  # also when the runner closes the generator (barge-in, cancel, stop)
+            self.remember(message.turn, message.text, splitter.text.strip() if finished else " ".join(spoken))
+        yield TurnEnd(message.turn)
+
+    def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
+               spoken: list[str], start: float) -> Iterator[Message]:
+        first, failed = True, False
         for round_ in range(MAX_TOOL_ROUNDS + 1):
             calls: list[ToolCall] = []
             pieces = self.stream(messages)
@@ -90,8 +114,9 @@ class LLMStage:
                         first = False
                         yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
                     for sentence in splitter.feed(piece):
-                        if spoken := clean_for_speech(sentence):
-                            yield ReplyText(spoken, message.turn, message.language)
+                        if text := clean_for_speech(sentence):
+                            yield ReplyText(text, message.turn, message.language)
+                            spoken.append(text)
                     if splitter.repeated:
                         log.info("turn %d: the reply repeated a sentence; stopped there", message.turn)
                         break
@@ -115,8 +140,6 @@ class LLMStage:
             messages = [*messages, *self.tool_messages(calls, results)]
         if not failed:  # after a failure the unfinished sentence is dropped rather than spoken half
             for sentence in splitter.finish():
-                if spoken := clean_for_speech(sentence):
-                    yield ReplyText(spoken, message.turn, message.language)
-        self._history += [{"role": "user", "content": message.text},
-                          {"role": "assistant", "content": splitter.text.strip()}]  # without a repeat
-        yield TurnEnd(message.turn)
+                if text := clean_for_speech(sentence):
+                    yield ReplyText(text, message.turn, message.language)
+                    spoken.append(text)

@@ -1,4 +1,4 @@
-"""Silero VAD (the model ships inside the silero-vad wheel) as a streaming utterance detector."""
+"""Silero VAD (the model ships inside the silero-vad wheel) as a streaming utterance detector with speculative turns."""
 from __future__ import annotations
 
 from collections import deque
@@ -8,20 +8,31 @@ from typing import Annotated, Any
 import numpy as np
 
 from s2s import audio
-from s2s.config_errors import ConfigErrors, Range, ValidationContext
-from s2s.messages import AudioChunk, Data, Message, SpeechSegment, SpeechStarted
+from s2s.config_errors import Range, ValidationContext
+from s2s.messages import (AudioChunk, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed,
+                          TurnDiscarded)
 from s2s.stage import Stage, require
 
 RATE = 16000
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
 
 
+def _samples(ms: int) -> int:
+    return ms * RATE // 1000
+
+
 class SileroVAD(Stage):
     """Emits one :class:`SpeechSegment` per utterance, and :class:`SpeechStarted` once it is long enough.
 
+    With ``speculative_silence_ms``, the segment goes out after that short silence, marked speculative, so
+    STT, LLM and TTS start early; once the silence reaches ``min_silence_ms`` a :class:`TurnConfirmed`
+    follows and the runner lets the reply reach the user. If the user speaks again first, a
+    :class:`TurnDiscarded` drops that work and the utterance goes on as a new turn holding all of it.
+
     Args:
         threshold: speech probability that opens an utterance; it closes below ``threshold - 0.15``.
-        min_silence_ms: silence that ends an utterance.
+        min_silence_ms: silence that ends an utterance (the turn is confirmed).
+        speculative_silence_ms: a shorter silence after which work on the turn starts; null = off.
         min_speech_ms: shorter blips are dropped.
         speech_pad_ms: audio kept before the start and after the end of speech.
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
@@ -32,15 +43,17 @@ class SileroVAD(Stage):
     emits = (SpeechSegment,)
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
-                 min_silence_ms: Annotated[int, Range(0, 10000)] = 600,
+                 min_silence_ms: Annotated[int, Range(32, 10000)] = 600,
+                 speculative_silence_ms: Annotated[int, Range(32, 10000)] | None = 200,
                  min_speech_ms: Annotated[int, Range(0, 10000)] = 250,
                  speech_pad_ms: Annotated[int, Range(0, 2000)] = 100,
                  max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = False) -> None:
         self.threshold = threshold
-        self.min_silence = min_silence_ms * RATE // 1000
-        self.min_speech = min_speech_ms * RATE // 1000
-        self.pad_frames = max(1, -(-speech_pad_ms * RATE // 1000 // FRAME)) if speech_pad_ms else 0
-        self.max_speech = max_speech_ms * RATE // 1000 if max_speech_ms else None
+        self.min_silence = _samples(min_silence_ms)
+        self.speculative_silence = _samples(speculative_silence_ms) if speculative_silence_ms else None
+        self.min_speech = _samples(min_speech_ms)
+        self.pad_frames = max(1, -(-_samples(speech_pad_ms) // FRAME)) if speech_pad_ms else 0
+        self.max_speech = _samples(max_speech_ms) if max_speech_ms else None
         self.onnx = onnx
         self._model: Any = None
         self._torch: Any = None
@@ -49,17 +62,14 @@ class SileroVAD(Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        errors = []
-        if not 0.0 < kwargs.get("threshold", 0.5) < 1.0:
-            errors.append(context.error("threshold", kwargs["threshold"], "a probability between 0 and 1"))
-        for key in ("min_silence_ms", "min_speech_ms", "speech_pad_ms"):
-            if kwargs.get(key, 0) < 0:
-                errors.append(context.error(key, kwargs[key], "a duration >= 0 ms"))
-        max_speech, min_speech = kwargs.get("max_speech_ms"), kwargs.get("min_speech_ms", 250)
+        max_speech, min_speech = kwargs["max_speech_ms"], kwargs["min_speech_ms"]
         if max_speech is not None and max_speech <= min_speech:
-            errors.append(context.error("max_speech_ms", max_speech, f"null or more than min_speech_ms ({min_speech})"))
-        if errors:
-            raise ConfigErrors(errors)
+            raise context.error("max_speech_ms", max_speech, f"null or more than min_speech_ms ({min_speech})")
+        speculative, min_silence = kwargs["speculative_silence_ms"], kwargs["min_silence_ms"]
+        if speculative is not None and speculative >= min_silence:
+            raise context.error("speculative_silence_ms", speculative,
+                                f"null or less than min_silence_ms ({min_silence}): it starts work before the "
+                                f"turn is confirmed")
 
     def setup(self) -> None:
         silero_vad = require("silero_vad", backend="vad=silero", extra=None)
@@ -73,6 +83,7 @@ class SileroVAD(Stage):
         self._triggered = False
         self._silence = 0  # samples of silence since the last speech frame
         self._started_sent = False
+        self._speculated = False  # a speculative segment of the open turn is out
         self._position = 0  # samples consumed so far
         self._segment_start = 0
         if self._model is not None:
@@ -98,31 +109,66 @@ class SileroVAD(Stage):
             self._triggered, self._speech, self._silence = True, padding, 0
             self._segment_start = self._position - FRAME * len(padding)
         self._speech.append(frame)
-        self._silence = self._silence + FRAME if probability < self.threshold - 0.15 else 0
+        if probability < self.threshold - 0.15:
+            self._silence += FRAME
+        else:
+            self._silence = 0
+            if self._speculated:  # the user went on: the early attempt is void, the utterance continues
+                yield TurnDiscarded(self._turn)
+                self._turn += 1
+                self._speculated = False
         length = FRAME * len(self._speech)
-        if not self._started_sent and length - self._silence >= self.min_speech:
+        voiced = length - self._silence
+        if not self._started_sent and voiced >= self.min_speech:
             self._started_sent = True
             yield SpeechStarted(self._turn)
         if self._silence >= self.min_silence:
-            keep = len(self._speech) - self._silence // FRAME + self.pad_frames
-            yield from self._close(self._speech[:keep], voiced=length - self._silence)
-        elif self.max_speech and length >= self.max_speech:
-            yield from self._close(self._speech, voiced=length - self._silence, continues=True)
+            if self._speculated:
+                yield TurnConfirmed(self._turn, self._now())
+                self._end_turn()
+            else:
+                yield from self._close(self._kept(), voiced=voiced)
+        elif (self.speculative_silence and not self._speculated and self._silence >= self.speculative_silence
+              and voiced >= self.min_speech):
+            self._speculated = True
+            yield self._segment(self._kept(), speculative=True)
+        elif self.max_speech and length >= self.max_speech and not self._speculated:
+            yield from self._close(self._speech, voiced=voiced, continues=True)
+
+    def _now(self) -> float:
+        return (self._position + FRAME) / RATE
+
+    def _kept(self) -> list[np.ndarray]:
+        """The open utterance up to its last voiced frame, plus the trailing pad."""
+        return self._speech[:len(self._speech) - self._silence // FRAME + self.pad_frames]
+
+    def _segment(self, frames: list[np.ndarray], speculative: bool = False) -> SpeechSegment:
+        samples = np.concatenate(frames)
+        start = self._segment_start / RATE
+        speech_end = (self._position + FRAME - self._silence) / RATE
+        return SpeechSegment(samples, RATE, self._turn, start, start + len(samples) / RATE,
+                             speech_end_s=speech_end, closed_s=self._now(), speculative=speculative)
 
     def _close(self, frames: list[np.ndarray], voiced: int, continues: bool = False) -> Iterator[Message]:
         """End the open segment; a split of continuing speech keeps the VAD triggered so nothing is lost."""
         if frames and (voiced >= self.min_speech or continues):
-            samples = np.concatenate(frames)
-            start = self._segment_start / RATE
-            yield SpeechSegment(samples, RATE, self._turn, start, start + len(samples) / RATE)
+            yield self._segment(frames)
             self._turn += 1
-        self._speech, self._silence, self._started_sent = [], 0, False
+        self._end_turn(continues)
+
+    def _end_turn(self, continues: bool = False) -> None:
+        if self._speculated:
+            self._turn += 1
+        self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
         self._triggered = continues
         self._segment_start = self._position + FRAME
         self._ring.clear()
 
     def flush(self) -> Iterator[Message]:
-        if self._speech:
+        if self._speculated:
+            yield TurnConfirmed(self._turn, self._now())
+            self._end_turn()
+        elif self._speech:
             yield from self._close(self._speech, voiced=FRAME * len(self._speech) - self._silence)
 
     def describe(self) -> dict[str, Any]:

@@ -1,0 +1,148 @@
+"""python -m s2s.bench latency [FILES...] [key=value ...]: true voice-to-voice on the composed pipeline.
+
+Each file is fed realtime-paced, as a microphone would, with trailing silence, one after another in a single run
+of the real runner (models load once). Voice-to-voice is measured from the end of the user's speech (the last
+voiced frame), endpointing included, to the first reply audio at the sink. Without files it speaks a set of
+questions with espeak-ng (several voices and rates, as the tests do) after the bundled sample.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from s2s import audio
+
+RATE = 16000
+# (text, espeak voice, words per minute): everyday questions, several voices and speeds
+QUESTIONS = [
+    ("What is the capital of France?", "en-us", 150),
+    ("Can you tell me a fun fact about the ocean?", "en-gb", 165),
+    ("How many days are there in a leap year?", "en-us+f3", 140),
+    ("What should I cook for dinner tonight?", "en-us", 175),
+    ("Why is the sky blue?", "en-gb+m3", 155),
+]
+BREAKDOWN = [("voice_to_voice_s", "voice-to-voice"), ("endpoint_s", "endpoint"), ("stt_s", "STT"),
+             ("llm_first_sentence_s", "LLM 1st chunk"), ("tts_first_audio_s", "TTS 1st chunk"), ("held_s", "held")]
+
+
+@dataclass
+class Clip:
+    name: str
+    samples: np.ndarray
+    start_s: float = 0.0  # where it starts in the fed stream
+    end_s: float = 0.0
+
+
+def default_clips(folder: Path) -> list[Clip]:
+    """The bundled sample plus espeak-ng recordings of :data:`QUESTIONS` (written into ``folder``)."""
+    from s2s.resolvers import sample
+
+    clips = [Clip("question.wav (bundled)", audio.read_audio(sample("question.wav"), RATE))]
+    if shutil.which("espeak-ng") is None:
+        print("espeak-ng is not installed: only the bundled sample is measured (apt-get install espeak-ng)")
+        return clips
+    for index, (text, voice, rate) in enumerate(QUESTIONS):
+        path = folder / f"espeak_{index}.wav"
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", str(path), text], check=True)
+        clips.append(Clip(f"espeak {voice} {rate} wpm", audio.read_audio(path, RATE)))
+    return clips
+
+
+def feed(clips: list[Clip], gap_s: float, path: Path) -> None:
+    """One stream: each clip followed by ``gap_s`` of silence (time for the reply before the next question)."""
+    import soundfile
+
+    parts, position = [audio.silence(0.5, RATE)], 0.5
+    for clip in clips:
+        clip.start_s, clip.end_s = position, position + len(clip.samples) / RATE
+        parts += [clip.samples, audio.silence(gap_s, RATE)]
+        position = clip.end_s + gap_s
+    soundfile.write(path, np.concatenate(parts), RATE)
+
+
+def run_pipeline(stream: Path, output_dir: Path, overrides: list[str]) -> dict[str, Any]:
+    """The composed config (platform detected, command-line overrides applied) over ``stream``, realtime."""
+    from hydra import compose, initialize_config_dir
+
+    from s2s import app
+    from s2s.cli import CONF_DIR, prepare_argv
+
+    overrides = prepare_argv([*overrides, f"source.path={stream}", "source.realtime=true",
+                              "source.trailing_silence_ms=1500", f"output_dir={output_dir}"])
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    code = app.main(cfg)
+    if code:
+        raise SystemExit(code)
+    return json.loads((output_dir / "metrics.json").read_text())
+
+
+def rows(clips: list[Clip], metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per clip: the turns whose speech ended inside it (a clip may hold several utterances)."""
+    result = []
+    for clip in clips:
+        turns = [t for t in metrics["turns"] if t["timings"]["speech_end_at_s"] is not None
+                 and clip.start_s - 0.1 <= t["timings"]["speech_end_at_s"] <= clip.end_s + 0.5]
+        for turn in turns or [None]:
+            timings = turn["timings"] if turn else {}
+            result.append({"file": clip.name, "turn": turn["turn"] if turn else None,
+                           "transcript": turn["user"] if turn else "(no turn)",
+                           "first_chunk": turn.get("first_chunk", "") if turn else "",
+                           **{key: timings.get(key) for key, _ in BREAKDOWN}})
+    return result
+
+
+def _cell(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def table(found: list[dict[str, Any]], peak_mb: float | None) -> str:
+    head = ["file", *[label for _, label in BREAKDOWN], "transcript", "first reply chunk"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in found:
+        lines.append("| " + " | ".join([row["file"], *[_cell(row[key]) for key, _ in BREAKDOWN],
+                                        row["transcript"], row["first_chunk"]]) + " |")
+    for label, q in (("p50", 50), ("p90", 90)):
+        cells = []
+        for key, _ in BREAKDOWN:
+            values = [row[key] for row in found if row[key] is not None]
+            cells.append(_cell(float(np.percentile(values, q))) if values else "-")
+        lines.append("| " + " | ".join([f"**{label}**", *cells, "", ""]) + " |")
+    values = [row["voice_to_voice_s"] for row in found if row["voice_to_voice_s"] is not None]
+    worst = f"{max(values):.2f} s" if values else "-"
+    lines.append("")
+    lines.append(f"{len(values)} turns; voice-to-voice median {statistics.median(values):.2f} s, worst {worst}; "
+                 f"peak memory {_cell(peak_mb)} MiB" if values else f"no turns; peak memory {_cell(peak_mb)} MiB")
+    return "\n".join(lines)
+
+
+def bench_latency(files: list[str], overrides: list[str], gap_s: float) -> int:
+    from s2s.resolvers import fresh_dir
+
+    output_dir = Path(fresh_dir(time.strftime("outputs/%Y-%m-%d/%H-%M-%S-latency")))
+    if files:
+        missing = [name for name in files if not Path(name).is_file()]
+        if missing:
+            raise ValueError(f"no such file: {', '.join(missing)}")
+        clips = [Clip(Path(name).name, audio.read_audio(name, RATE)) for name in files]
+    else:
+        clips = default_clips(output_dir)
+    stream = output_dir / "latency_input.wav"
+    feed(clips, gap_s, stream)
+    metrics = run_pipeline(stream, output_dir, overrides)
+    found = rows(clips, metrics)
+    report = table(found, metrics.get("peak_memory_mb"))
+    (output_dir / "latency.md").write_text(report + "\n")
+    (output_dir / "latency.json").write_text(json.dumps({"rows": found, "peak_memory_mb": metrics.get(
+        "peak_memory_mb"), "machine": metrics.get("machine"), "overrides": overrides}, indent=2))
+    print(report)
+    print(f"\nlatency.md, latency.json and the run's files in {output_dir.resolve()}")
+    return 0
