@@ -29,7 +29,7 @@ def run_vad(vad: SileroVAD, samples: np.ndarray):
 
 def test_two_utterances_give_two_turns(two_utterances):
     samples, (first, second) = two_utterances
-    out = run_vad(SileroVAD(min_silence_ms=500), samples)
+    out = run_vad(SileroVAD(min_silence_ms=500, speculative_silence_ms=None), samples)
     segments = [m for m in out if isinstance(m, SpeechSegment)]
     assert [s.turn for s in segments] == [0, 1]
     assert [m.turn for m in out if isinstance(m, SpeechStarted)] == [0, 1]
@@ -41,7 +41,7 @@ def test_two_utterances_give_two_turns(two_utterances):
 
 def test_long_speech_is_split_never_dropped(two_utterances):
     samples, (first, _) = two_utterances
-    out = run_vad(SileroVAD(max_speech_ms=800), samples[: 24000 + first + 24000])
+    out = run_vad(SileroVAD(max_speech_ms=800, speculative_silence_ms=None), samples[: 24000 + first + 24000])
     segments = [m for m in out if isinstance(m, SpeechSegment)]
     assert len(segments) >= 2
     assert all(s.duration_s <= 0.8 + 0.04 for s in segments)
@@ -57,7 +57,7 @@ def test_silence_and_blips_give_nothing():
 
 def test_reset_starts_turns_again(two_utterances):
     samples, _ = two_utterances
-    vad = SileroVAD()
+    vad = SileroVAD(speculative_silence_ms=None)
     run_vad(vad, samples)
     vad.reset()
     out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
@@ -67,7 +67,7 @@ def test_reset_starts_turns_again(two_utterances):
 def test_other_input_rates_are_resampled(two_utterances):
     samples, _ = two_utterances
     at_8k = audio.resample(samples, 16000, 8000)
-    vad = SileroVAD()
+    vad = SileroVAD(speculative_silence_ms=None)
     vad.setup()
     out = [m for block in audio.chunks(at_8k, 256) for m in vad.process(AudioChunk(block, 8000))]
     assert len([m for m in out if isinstance(m, SpeechSegment)]) == 2
