@@ -111,7 +111,7 @@ def main(cfg: DictConfig) -> int:
                 recorder.finish("interrupted", "interrupted during setup")
                 print("interrupted", file=sys.stderr)
                 _close(graph)
-            return interrupt.exit_code
+                _exit_now(interrupt.exit_code)
         except StageSetupError as error:  # a stage that cannot start: one clear line, details in error.log
             with no_interrupts():
                 _fail(cfg, recorder, str(error), traceback.format_exc())
@@ -130,9 +130,12 @@ def main(cfg: DictConfig) -> int:
         log.info("%s: %d turn(s); median %s", result.status, summary["turns"], format_figures(summary["median"]))
         log.info("reply audio, transcript.jsonl and metrics.json in %s", Path(cfg.output_dir).resolve())
         code = result.exit_code
-        if result.stuck and (result.status == "interrupted" or not in_multirun()):
-            # a native call still runs in a stage thread: the interpreter's teardown would abort (exit 134)
-            log.warning("leaving now: %s did not stop in time", ", ".join(result.stuck))
+        if result.status == "interrupted" or (result.stuck and not in_multirun()):
+            # Everything is written and closed. A stage thread may still be inside a native call, and native
+            # libraries (onnxruntime, CTranslate2) can abort in the interpreter's teardown after a signal
+            # ("terminate called without an active exception", exit 134): leave without that teardown.
+            if result.stuck:
+                log.warning("leaving now: %s did not stop in time", ", ".join(result.stuck))
             _exit_now(code)
     return code
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -47,6 +48,7 @@ class LLMStage:
         self._toolbox: Toolbox | None = None
         self._history: list[dict[str, Any]] = []
         self._history_turns: list[int] = []  # the turn each history message belongs to
+        self._history_lock = threading.Lock()  # a server edits it from its own thread (a cancelled reply)
 
     def _load_tools(self) -> None:
         """Import the ``llm.tools`` module (trusted user code); called from ``setup``."""
@@ -60,17 +62,27 @@ class LLMStage:
                                 for call in calls]},
                 *({"role": "tool", "tool_call_id": result.call.id, "content": result.output} for result in results)]
 
+    def use_tools(self, toolbox: Toolbox | None) -> None:
+        """Replace the tools the model may call (a realtime session declares its own); None: no tools."""
+        self._toolbox = toolbox
+
     def reset(self) -> None:
-        self._history, self._history_turns = [], []
+        with self._history_lock:
+            self._history, self._history_turns = [], []
 
     def remember(self, turn: int, user_text: str, reply: str) -> None:
         """Put one exchange into the history, replacing what ``turn`` had there (e.g. a reply cut short)."""
-        self.discard(turn)
-        self._history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
-        self._history_turns += [turn, turn]
+        with self._history_lock:
+            self._forget(turn)
+            self._history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
+            self._history_turns += [turn, turn]
 
     def discard(self, turn: int) -> None:
         """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
+        with self._history_lock:
+            self._forget(turn)
+
+    def _forget(self, turn: int) -> None:
         kept = [index for index, owner in enumerate(self._history_turns) if owner != turn]
         self._history = [self._history[index] for index in kept]
         self._history_turns = [self._history_turns[index] for index in kept]
@@ -79,7 +91,8 @@ class LLMStage:
         raise NotImplementedError
 
     def chat_messages(self, user_text: str) -> list[dict[str, Any]]:
-        window = self._history[-2 * self.history_turns:] if self.history_turns > 0 else []
+        with self._history_lock:
+            window = self._history[-2 * self.history_turns:] if self.history_turns > 0 else []
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return [*system, *window, {"role": "user", "content": user_text}]
 

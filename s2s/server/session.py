@@ -25,13 +25,13 @@ from s2s.config import StageSpec
 from s2s.graph import Graph, RunResult
 from s2s.llm.base import LLMStage
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted,
-                          Transcript, TurnEnd)
+                          Transcript, TurnConfirmed, TurnDiscarded, TurnEnd)
 from s2s.metrics import Recorder
 from s2s.server import protocol
 from s2s.server.pipelines import Pipeline, override_errors
 from s2s.server.protocol import ClientEvent, ProtocolError, event
 from s2s.server.stages import SessionVAD, SocketSink, SocketSource, TurnCounter
-from s2s.server.tools import ClientToolbox, accepts_client_tools, install
+from s2s.server.tools import ClientToolbox, accepts_client_tools
 
 log = logging.getLogger("s2s.server")
 
@@ -64,6 +64,16 @@ class _Observer:
     def __init__(self, recorder: Recorder, post: Callable[[tuple[str, Any]], None], vad_stage: str,
                  last_stage: str) -> None:
         self.recorder, self.post, self.vad_stage, self.last_stage = recorder, post, vad_stage, last_stage
+        self._pending: dict[int, list[tuple[str, Any]]] = {}  # speculative turns: events wait for confirmation
+        self._lock = threading.Lock()
+
+    def _post(self, turn: int, item: tuple[str, Any]) -> None:
+        """Send now, or once ``turn`` is confirmed: the client never hears of a speculative attempt."""
+        with self._lock:
+            if turn in self._pending:
+                self._pending[turn].append(item)
+                return
+        self.post(item)
 
     def on_input(self, stage: str, message: Data, now: float) -> None:
         self.recorder.on_input(stage, message, now)
@@ -76,11 +86,20 @@ class _Observer:
         if isinstance(message, SpeechStarted) and stage == self.vad_stage:  # control passes every stage: once
             self.post(("speech_started", message.turn))
         elif isinstance(message, SpeechSegment):
-            self.post(("speech_stopped", message))
+            if message.speculative:
+                with self._lock:
+                    self._pending.setdefault(message.turn, [])
+            self._post(message.turn, ("speech_stopped", message))
+        elif isinstance(message, (TurnConfirmed, TurnDiscarded)) and stage == self.vad_stage:
+            with self._lock:
+                held = self._pending.pop(message.turn, [])
+            if isinstance(message, TurnConfirmed):
+                for item in held:
+                    self.post(item)
         elif isinstance(message, Transcript):
-            self.post(("transcript", message))
+            self._post(message.turn, ("transcript", message))
         elif isinstance(message, ReplyText):
-            self.post(("reply_text", message))
+            self._post(message.turn, ("reply_text", message))
         elif isinstance(message, TurnEnd) and stage == self.last_stage:
             self.post(("turn_end", message.turn))
 
@@ -271,11 +290,11 @@ class Session:
             if self._toolbox is not None:
                 self._toolbox.release()
             self._toolbox = ClientToolbox(self.tools, self._announce_call)
-            install(self.pipeline.llm, self._toolbox)  # type: ignore[arg-type]
+            self.pipeline.llm.use_tools(self._toolbox)  # type: ignore[union-attr]
         elif self._toolbox is not None:
             self._toolbox.release()
             self._toolbox = None
-            install(self.pipeline.llm, None)  # type: ignore[arg-type]
+            self.pipeline.llm.use_tools(None)  # type: ignore[union-attr]
 
     def _announce_call(self, call_id: str, call: Any) -> None:
         self.post(("tool_call", {"call_id": call_id, "name": call.name,
@@ -384,7 +403,7 @@ class Session:
         self.status = status
         if self._toolbox is not None:
             self._toolbox.release()
-            install(self.pipeline.llm, None)  # type: ignore[arg-type]
+            self.pipeline.llm.use_tools(None)  # type: ignore[union-attr]
         if self.graph is not None:
             self.graph.stop()
             assert self._source is not None
@@ -547,7 +566,8 @@ class Session:
         elif status == "cancelled":
             self.responses_cancelled += 1
             if response.user_text is not None and isinstance(self.pipeline.llm, LLMStage):
-                keep_spoken_part(self.pipeline.llm, response.user_text, transcript)
+                # what reached the client stays in the history, the rest of the reply does not
+                self.pipeline.llm.remember(response.turn, response.user_text, transcript)
         log.info("session %s: response %s %s (%.2f s of audio)%s", self.id, response.id[-6:], status,
                  response.audio_s, f", {reason}" if reason else "")
         return out + self._open_next()
@@ -561,21 +581,6 @@ class Session:
             out += self._finish(response, "failed", None)
         error = ProtocolError("server_error", f"the session's pipeline stopped: {result.failure}")
         return out + [protocol.error_event(error)]
-
-
-def keep_spoken_part(llm: LLMStage, user_text: str, spoken: str) -> None:
-    """After a cancelled reply, the LLM's history keeps the user's turn and the part of the reply already said.
-
-    The runner closes a cancelled turn's LLM generator, so the stage records nothing for it; when it had
-    finished before the cancel, its full reply is cut back to what was said. LLMStage has no public method
-    for this yet: this is the one place that edits its history from outside.
-    """
-    history = llm._history
-    if len(history) >= 2 and history[-2] == {"role": "user", "content": user_text} \
-            and history[-1].get("role") == "assistant":
-        history[-1] = {"role": "assistant", "content": spoken}
-    else:
-        history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": spoken}]
 
 
 def typed_turn_text(items: list[protocol.Item], calls: dict[str, dict[str, Any]]) -> str:

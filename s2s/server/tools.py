@@ -83,12 +83,3 @@ def accepts_client_tools(llm: Any) -> str | None:
     if llm.tools:
         return f"this server's LLM runs its own tools (llm.tools={llm.tools}); client tools would mix with them"
     return None
-
-
-def install(llm: LLMStage, toolbox: Toolbox | None) -> None:
-    """Give the LLM stage this session's tools (None: none).
-
-    The one place that sets the stage's toolbox from outside; LLMStage has no public setter yet (issue 9's
-    ``llm.tools`` loads a module in ``setup``), so this writes the attribute ``_load_tools`` writes.
-    """
-    llm._toolbox = toolbox
