@@ -147,10 +147,6 @@ class Graph:
             except Exception as error:  # closing must reach every stage
                 log.warning("closing %s failed: %s: %s", name, type(error).__name__, error)
 
-    def reset(self) -> None:
-        for _, stage in self.stages:
-            stage.reset()
-
     def stop(self) -> None:
         self._stop.set()
 

@@ -320,25 +320,26 @@ def test_bad_server_settings_and_impossible_profiles_are_config_errors(tmp_path)
 
 def test_a_cancelled_reply_keeps_what_was_said_in_the_llm_history():
     from s2s.llm.echo import EchoLM
-    from s2s.messages import Transcript
-    from s2s.server.session import keep_spoken_part
+    from s2s.messages import ReplyText, Transcript
 
     asked = "Tell me a story. It has a dog. And a tree."
-    llm = EchoLM()
+    llm = EchoLM(first_chunk_words=0)
     llm.history_turns = 2
     replies = llm.process(Transcript(asked, 0))
-    next(replies)
+    first = next(message for message in replies if isinstance(message, ReplyText))
+    next(replies)  # the runner took the first sentence and asked for more
     replies.close()  # what the runner does to a cancelled turn's LLM
-    keep_spoken_part(llm, asked, "Tell me a story.")
+    assert first.text == "Tell me a story."
     assert llm.chat_messages("And then?") == [{"role": "user", "content": asked},
                                               {"role": "assistant", "content": "Tell me a story."},
                                               {"role": "user", "content": "And then?"}]
     finished = EchoLM()
     finished.history_turns = 2
     list(finished.process(Transcript(asked, 0)))  # the LLM was done; only the TTS and sink were behind
-    keep_spoken_part(finished, asked, "Tell me a story. It has a dog.")
+    finished.remember(0, asked, "Tell me a story. It has a dog.")  # what the session's client heard
     said = {"role": "assistant", "content": "Tell me a story. It has a dog."}
-    assert finished.chat_messages("And then?")[:2] == [{"role": "user", "content": asked}, said]
+    assert finished.chat_messages("And then?") == [{"role": "user", "content": asked}, said,
+                                                   {"role": "user", "content": "And then?"}]
 
 
 def test_pipelines_share_whisper_weights_and_transcribe_at_the_same_time(espeak, tmp_path):
