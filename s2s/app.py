@@ -100,7 +100,8 @@ def main(cfg: DictConfig) -> int:
     graph: Graph | None = None
     with signals_as_interrupt():
         try:
-            graph = Graph(_build(specs), recorder, barge_in=cfg.runner.barge_in, half_duplex=cfg.runner.half_duplex,
+            graph = Graph(_build(specs), recorder, barge_in=cfg.runner.barge_in,
+                          half_duplex=cfg.runner.half_duplex,
                           stop_timeout_s=cfg.runner.stop_timeout_s)
             recorder.setup_s = graph.setup(warm_up=cfg.runner.warm_up)
             if graph.live:

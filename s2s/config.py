@@ -93,9 +93,12 @@ class StageSpec:
     target: str
     cls: type[Stage]
     kwargs: dict[str, Any]
+    threads: int | None = None  # runner.threads.<group>: the CPU threads its library may use
 
     def build(self) -> Stage:
-        return self.cls(**self.kwargs)
+        stage = self.cls(**self.kwargs)
+        stage.threads = self.threads
+        return stage
 
 
 def load_target(target: Any, key: str) -> type[Stage]:
@@ -257,6 +260,16 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
             errors.append(ConfigError(key, value, _describe(annotation)))
         elif value is not None and (broken := [c for c in _constraints(annotation) if not c.check(value)]):
             errors.append(ConfigError(key, value, broken[0].describe()))
+    threads = OmegaConf.select(cfg, "runner.threads")
+    if threads is not None and not isinstance(threads, DictConfig):
+        errors.append(ConfigError("runner.threads", threads, "a mapping of stage group to thread count, "
+                                                             "e.g. {stt: 2, llm: 1, tts: 2}"))
+    for group, count in (threads or {}).items():
+        if group not in (cfg.get("pipeline") or []):
+            errors.append(ConfigError(f"runner.threads.{group}", count, "a key naming a stage of the pipeline: "
+                                      + ", ".join(cfg.get("pipeline") or [])))
+        elif count is not None and not (isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= 256):
+            errors.append(ConfigError(f"runner.threads.{group}", count, "null or a number from 1 to 256"))
     stage_targets = {f"{group}._target_" for group in cfg.get("pipeline") or []}
     errors += [e for e in target_errors(cfg) if e.key not in stage_targets]  # stages' own: load_target below
     specs: list[StageSpec] = []
@@ -288,7 +301,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
                 errors += many.errors
             except ConfigError as error:
                 errors.append(error)
-        specs.append(StageSpec(group, target, cls, kwargs))
+        specs.append(StageSpec(group, target, cls, kwargs, (threads or {}).get(group)))
     if device_error:  # stages that take the top-level device repeat its error: say it once
         errors = [device_error] + [e for e in errors if not (e.key.endswith(".device") and e.value == device)]
     if not errors:  # with a stage missing, its neighbours would be compared with the wrong stage

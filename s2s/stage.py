@@ -49,6 +49,8 @@ class Stage:
     cross-field and platform rules that are checked before anything loads.
     """
 
+    # CPU threads the runner gives this stage's library (``runner.threads.<group>``); None: the library decides
+    threads: int | None = None
     accepts: ClassVar[tuple[type[Data], ...]] = ()  # data types ``process`` consumes
     emits: ClassVar[tuple[type[Data], ...]] = ()  # data types it yields; checked against the next stage's accepts
 

