@@ -313,3 +313,14 @@ def test_help_says_what_s2s_is_and_lists_only_user_choices(tmp_path):
     for group in STAGE_GROUPS + ("profile",):
         line = next(line for line in result.stdout.splitlines() if line.strip().startswith(f"{group}:"))
         assert set(line.split(":", 1)[1].replace(",", " ").split()) == set(options(group))
+
+
+def test_thread_budgets_are_checked_and_reach_the_stages(tmp_path):
+    messages = errors_of(["runner.threads.stt=0", "runner.threads.tts=many"], tmp_path)
+    assert sorted(m.split(":")[0] for m in messages) == ["runner.threads.stt=0", "runner.threads.tts=many"]
+    [message] = errors_of(["+runner.threads.mixer=2"], tmp_path)
+    assert message.startswith("runner.threads.mixer=2: invalid; expected a key naming a stage")
+    specs = {spec.group: spec for spec in validate(compose_config(["runner.threads.llm=1", "runner.threads.tts=2"],
+                                                                  tmp_path))}
+    assert specs["llm"].build().threads == 1 and specs["tts"].build().threads == 2
+    assert specs["stt"].build().threads is None  # unset: the library's own default
