@@ -27,17 +27,20 @@ class MLXLM(TemplateTools, LLMStage, Stage):
         temperature: 0 decodes greedily (reproducible); above 0 samples.
         top_p: nucleus sampling when temperature > 0 (0 turns it off).
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
+        first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
+        first_chunk_min_words: a clause shorter than this does not end the first chunk.
     """
 
     def __init__(self, model: str = "mlx-community/Qwen2.5-0.5B-Instruct-4bit", system_prompt: str | None = None,
                  max_new_tokens: Annotated[int, Range(1, 4096)] = 64, history_turns: Annotated[int, Range(0)] = 4,
                  temperature: Annotated[float, Range(0, 5)] = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
-                 tools: str | None = None) -> None:
+                 tools: str | None = None, first_chunk_words: Annotated[int, Range(0)] = 6,
+                 first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
         self.model_name = model
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
-        self._init_chat(system_prompt, history_turns, tools)
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words)
         self._model: Any = None
         self._tokenizer: Any = None
 

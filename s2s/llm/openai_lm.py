@@ -29,6 +29,8 @@ class OpenAILM(LLMStage, Stage):
         system_prompt: the assistant's instructions.
         history_turns: how many previous exchanges the model sees.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
+        first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
+        first_chunk_min_words: a clause shorter than this does not end the first chunk.
     """
 
     def __init__(self, model: str, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
@@ -36,7 +38,9 @@ class OpenAILM(LLMStage, Stage):
                  temperature: Annotated[float, Range(0, 2)] | None = None,
                  max_tokens: Annotated[int, Range(1)] = 64,
                  timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0, system_prompt: str | None = None,
-                 history_turns: Annotated[int, Range(0)] = 4, tools: str | None = None) -> None:
+                 history_turns: Annotated[int, Range(0)] = 4, tools: str | None = None,
+                 first_chunk_words: Annotated[int, Range(0)] = 6, first_chunk_min_words: Annotated[int, Range(1)] = 3,
+                 ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key = api_key
@@ -44,7 +48,7 @@ class OpenAILM(LLMStage, Stage):
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.timeout_s = timeout_s
-        self._init_chat(system_prompt, history_turns, tools)
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words)
         self._client: Any = None
 
     @classmethod
