@@ -43,11 +43,8 @@ def describe_graph(cfg: DictConfig, specs: list[StageSpec]) -> str:
 
 
 @contextmanager
-def signals_as_interrupt() -> Iterator[None]:
-    """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread (elsewhere nothing changes)."""
-    def handler(signum: int, frame: Any) -> None:
-        raise Interrupted(signum)
-
+def _on_stop_signals(handler: Any) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` inside the block (only the main thread can; elsewhere nothing changes)."""
     try:
         previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     except ValueError:  # not the main thread
@@ -60,19 +57,18 @@ def signals_as_interrupt() -> Iterator[None]:
             signal.signal(signum, old)
 
 
-@contextmanager
-def no_interrupts() -> Iterator[None]:
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def signals_as_interrupt() -> Any:
+    """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread."""
+    return _on_stop_signals(_raise_interrupted)
+
+
+def no_interrupts() -> Any:
     """While results are written and stages closed, a second Ctrl-C must not cut the writing short."""
-    try:
-        previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
+    return _on_stop_signals(signal.SIG_IGN)
 
 
 def main(cfg: DictConfig) -> int:
