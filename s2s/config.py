@@ -265,7 +265,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
         errors.append(ConfigError("runner.threads", threads, "a mapping of stage group to thread count, "
                                                              "e.g. {stt: 2, llm: 1, tts: 2}"))
     for group, count in (threads or {}).items():
-        if group not in (cfg.get("pipeline") or []):
+        if count is not None and group not in (cfg.get("pipeline") or []):
             errors.append(ConfigError(f"runner.threads.{group}", count, "a key naming a stage of the pipeline: "
                                       + ", ".join(cfg.get("pipeline") or [])))
         elif count is not None and not (isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= 256):
