@@ -2,7 +2,7 @@
 
 ChatTTS, vocos and faster-qwen3-tts pull torchaudio 2.11.1, a CUDA build; beside a CPU build of torch its C++
 extension fails to load, and because transformers imports torchaudio whenever it is installed, every model
-import would then fail. ``prepare()`` registers a stub for the extension only when it cannot load, so the
+import would then fail. ``repair_torchaudio()`` registers a stub for the extension only when it cannot load, so the
 pure-Python parts (MelSpectrogram, resample) keep working; on a matching CUDA install it changes nothing.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _stub_extension() -> types.ModuleType:
     return stub
 
 
-def prepare() -> None:
+def repair_torchaudio() -> None:
     """Call before importing transformers, kokoro, ChatTTS, qwen_tts or anything else that reaches torchaudio."""
     global _prepared
     if _prepared:

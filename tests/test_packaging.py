@@ -67,7 +67,7 @@ def _installed(name: str) -> bool:
 
 @pytest.mark.skipif(not _installed("torchaudio"), reason="no extra brought torchaudio here")
 def test_cuda_torchaudio_beside_cpu_torch_still_imports():
-    script = ("from s2s import torch_support; torch_support.prepare(); import torch, torchaudio;"
+    script = ("from s2s import torch_support; torch_support.repair_torchaudio(); import torch, torchaudio;"
               "from transformers import VitsModel, AutoModelForCausalLM;"
               "mel = torchaudio.transforms.MelSpectrogram(sample_rate=24000)(torch.zeros(1, 2400));"
               "print('ok', tuple(mel.shape))")

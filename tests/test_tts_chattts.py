@@ -24,7 +24,7 @@ def chattts_dir(tmp_path_factory):
 def chattts():
     from s2s import torch_support
 
-    torch_support.prepare()
+    torch_support.repair_torchaudio()
     import ChatTTS
 
     return ChatTTS

@@ -23,7 +23,7 @@ SPANISH_PHONEMES = "ˈola, ¿kˈomo estˈas?"  # espeak-ng (espeakng-loader, off
 def kokoro():
     from s2s import torch_support
 
-    torch_support.prepare()
+    torch_support.repair_torchaudio()
     import kokoro
 
     return kokoro

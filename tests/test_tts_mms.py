@@ -29,7 +29,7 @@ def voices(tmp_path_factory):
 def transformers():
     from s2s import torch_support
 
-    torch_support.prepare()
+    torch_support.repair_torchaudio()
     import transformers
 
     return transformers

@@ -113,7 +113,7 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
 
     def setup(self) -> None:
         self.device = torch_support.usable_device(self.device)
-        torch_support.prepare()
+        torch_support.repair_torchaudio()
         transformers = require("transformers", backend="llm=transformers", extra=None)
         if self.threads:  # torch has one intra-op pool per process: the budget holds for every torch stage
             import torch

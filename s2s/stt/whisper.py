@@ -62,7 +62,7 @@ class WhisperSTT(Stage):
         check_model_folder(kwargs, context, "openai/whisper-small")
 
     def setup(self) -> None:
-        torch_support.prepare()
+        torch_support.repair_torchaudio()
         transformers = require("transformers", backend="stt=whisper", extra=None)
         path = str(Path(self.model_name).expanduser()) if looks_like_path(self.model_name) else self.model_name
         dtype = torch_support.torch_dtype("float16" if self.dtype == "auto" and self.device != "cpu" else self.dtype,

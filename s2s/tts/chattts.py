@@ -122,7 +122,7 @@ class ChatTTSTTS(TTSStage):
 
     def setup(self) -> None:
         self.device = torch_support.usable_device(self.device)
-        torch_support.prepare()  # ChatTTS imports torchaudio (a CUDA-only wheel beside a CPU torch)
+        torch_support.repair_torchaudio()  # ChatTTS imports torchaudio (a CUDA-only wheel beside a CPU torch)
         chattts = require("ChatTTS", backend="tts=chattts", extra="chattts")
         import torch
 

@@ -119,7 +119,7 @@ class KokoroTTS(TTSStage):
             raise ConfigErrors(errors)
 
     def setup(self) -> None:
-        torch_support.prepare()  # misaki and kokoro import transformers/torch, which reach torchaudio
+        torch_support.repair_torchaudio()  # misaki and kokoro import transformers/torch, which reach torchaudio
         if self.backend == "mlx":
             self._load_mlx()
         else:

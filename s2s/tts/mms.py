@@ -128,7 +128,7 @@ class MmsTTS(TTSStage):
 
     def setup(self) -> None:
         self.device = torch_support.usable_device(self.device)
-        torch_support.prepare()  # transformers imports torchaudio whenever it is installed
+        torch_support.repair_torchaudio()  # transformers imports torchaudio whenever it is installed
         model, _ = self._load(self.model_for(self.language))  # type: ignore[arg-type] - validated
         self.sample_rate = model.config.sampling_rate
 

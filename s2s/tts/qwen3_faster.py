@@ -19,7 +19,7 @@ CPU_REFUSAL = "CUDA graphs require CUDA device"  # faster-qwen3-tts's own messag
 
 
 def _load_torch(stage: Qwen3TTS) -> Any:
-    torch_support.prepare()  # qwen_tts reaches torchaudio
+    torch_support.repair_torchaudio()  # qwen_tts reaches torchaudio
     faster = require("faster_qwen3_tts", backend="tts=qwen3 (backend torch)", extra="qwen3")
     dtype = torch_support.torch_dtype(stage.args["dtype"] or "auto", stage.device)
     try:

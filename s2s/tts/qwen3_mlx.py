@@ -38,7 +38,7 @@ class MLXQwen3:
     def load(cls, stage: Qwen3TTS) -> MLXQwen3:
         from s2s.tts.qwen3 import mlx_model_id
 
-        torch_support.prepare()  # mlx_audio imports transformers, which reaches torchaudio when installed
+        torch_support.repair_torchaudio()  # mlx_audio imports transformers, which reaches torchaudio when installed
         mx = require("mlx.core", backend="tts=qwen3 (backend mlx)", extra="mlx")
         utils = require("mlx_audio.tts.utils", backend="tts=qwen3 (backend mlx)", extra="mlx")
         if stage.device == "cpu":
