@@ -86,6 +86,20 @@ class RunResult:
         return {"completed": 0, "failed": 1, "interrupted": self.interrupt_code}[self.status]
 
 
+def set_up(name: str, stage: Stage, warm_up: bool) -> float:
+    """``setup()`` and, if asked, ``warm_up()`` one stage; returns the seconds taken. A failure closes the stage
+    and raises :class:`StageSetupError` naming it."""
+    start = time.perf_counter()
+    try:
+        stage.setup()
+        if warm_up:
+            stage.warm_up()
+    except Exception as error:
+        stage.close()
+        raise StageSetupError(name, error) from error
+    return time.perf_counter() - start
+
+
 class Graph:
     """A linear chain of named stages; the first must be a :class:`Source`."""
 
@@ -119,14 +133,7 @@ class Graph:
         timings: dict[str, float] = {}
         for index in order:
             name, stage = self.stages[index]
-            start = time.perf_counter()
-            try:
-                stage.setup()
-                if warm_up:
-                    stage.warm_up()
-            except Exception as error:
-                raise StageSetupError(name, error) from error
-            timings[name] = time.perf_counter() - start
+            timings[name] = set_up(name, stage, warm_up)
             log.info("set up %s (%s) in %.2f s", name, type(stage).__name__, timings[name])
         return timings
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from s2s.config import StageSpec, check_kwargs, validation_context
 from s2s.config_errors import ConfigError, ConfigErrors
-from s2s.graph import StageSetupError
+from s2s.graph import set_up
 from s2s.llm.base import LLMStage
 from s2s.messages import AudioChunk, ReplyAudio, Transcript
 from s2s.stage import Stage
@@ -97,15 +96,7 @@ class Pool:
             stages = []
             for spec in self.pooled:
                 stage = spec.build()
-                start = time.perf_counter()
-                try:
-                    stage.setup()
-                    if warm_up:
-                        stage.warm_up()
-                except Exception as error:
-                    stage.close()
-                    raise StageSetupError(spec.group, error) from error
-                timings[f"{index}.{spec.group}"] = time.perf_counter() - start
+                timings[f"{index}.{spec.group}"] = set_up(spec.group, stage, warm_up)
                 stages.append((spec.group, stage))
             llm = dict(stages)["llm"]
             defaults = {"system_prompt": llm.system_prompt} if isinstance(llm, LLMStage) else {}
