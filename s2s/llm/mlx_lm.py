@@ -50,7 +50,7 @@ class MLXLM(TemplateTools, LLMStage, Stage):
             raise ConfigError(context.group, "mlx_lm", f"another option on platform {context.platform} "
                                                        f"({context.unavailable['mlx']}), e.g. llm=transformers")
         check_model_folder(kwargs, context, "mlx-community/Qwen2.5-0.5B-Instruct-4bit")
-        check_module(kwargs.get("tools"), f"{context.group}.tools")
+        check_module(kwargs["tools"], f"{context.group}.tools")
 
     def setup(self) -> None:
         mlx_lm = require("mlx_lm", backend="llm=mlx_lm", extra="mlx")

@@ -53,10 +53,10 @@ class OpenAILM(LLMStage, Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        base_url = kwargs.get("base_url")
+        base_url = kwargs["base_url"]
         if isinstance(base_url, str) and not base_url.startswith(("http://", "https://")):
             raise context.error("base_url", base_url, "an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
-        check_module(kwargs.get("tools"), f"{context.group}.tools")
+        check_module(kwargs["tools"], f"{context.group}.tools")
 
     def setup(self) -> None:
         openai = require("openai", backend="llm=openai", extra="openai")

@@ -187,7 +187,7 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        check_module(kwargs.get("tools"), f"{context.group}.tools")
+        check_module(kwargs["tools"], f"{context.group}.tools")
 
     def close(self) -> None:
         self._model = self._tokenizer = None

@@ -50,7 +50,7 @@ class ParakeetSTT(Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        backend = kwargs.get("backend", "onnx")
+        backend = kwargs["backend"]
         if RUNTIME[backend] in context.unavailable:
             others = ", ".join(name for name, runtime in RUNTIME.items() if runtime not in context.unavailable)
             why = context.unavailable[RUNTIME[backend]]
