@@ -65,9 +65,9 @@ def test_live_conversation_runs_and_stops_on_ctrl_c(tmp_path):
                                 f"hydra.run.dir={out}"], cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, env={**os.environ, **alsa_env("asound_null.conf")})
     seen = []
-    for line in process.stdout:  # wait until every stage is set up and the mic is streaming
+    for line in process.stdout:  # wait until the user is told to speak
         seen.append(line)
-        if "set up tts" in line:
+        if line.startswith("listening:"):
             break
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)
@@ -75,6 +75,8 @@ def test_live_conversation_runs_and_stops_on_ctrl_c(tmp_path):
     output = "".join(seen) + rest
     assert process.returncode == 130, output[-3000:]
     assert "set up source (MicSource)" in output and "set up sink (SpeakerSink)" in output
+    assert "listening: speak now, Ctrl-C to stop" in output
+    assert output.index("set up tts") < output.index("listening:")  # said once everything is ready
     assert json.loads((out / "metrics.json").read_text())["status"] == "interrupted"
 
 
