@@ -109,3 +109,33 @@ def test_the_default_prompt_answers_the_question_shortly(smollm2):
     chunks = [m.text for m in out if isinstance(m, ReplyText)]
     assert "paris" in " ".join(chunks).lower()
     assert len(chunks[0].split()) <= llm.first_chunk_words  # what the TTS gets first
+
+
+def test_a_converted_cache_keeps_no_gguf_quantization_config(tmp_path):
+    """Caches from older conversions warned 'Unknown quantization type, got gguf' at every start."""
+    import json
+
+    from s2s.llm.transformers_lm import drop_gguf_quantization
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "quantization_config": {"quant_method": "gguf"}}))
+    drop_gguf_quantization(config)
+    assert json.loads(config.read_text()) == {"model_type": "llama"}
+    drop_gguf_quantization(config)  # idempotent
+    assert json.loads(config.read_text()) == {"model_type": "llama"}
+
+
+def test_an_interrupted_reply_keeps_what_was_said_in_the_history():
+    from s2s.llm.echo import EchoLM
+    from s2s.messages import ReplyText, Transcript
+
+    llm = EchoLM(first_chunk_words=0)
+    llm.history_turns = 4
+    replies = llm.process(Transcript("One two three. Four five six. Seven.", 0))
+    assert next(m for m in replies if isinstance(m, ReplyText)).text == "One two three."
+    next(replies)  # the runner took the first sentence and went on
+    replies.close()  # barge-in
+    assert llm.chat_messages("Next?")[:2] == [{"role": "user", "content": "One two three. Four five six. Seven."},
+                                              {"role": "assistant", "content": "One two three."}]
+    llm.discard(0)  # a speculative attempt the user spoke over leaves nothing
+    assert llm.chat_messages("Next?") == [{"role": "user", "content": "Next?"}]
