@@ -1,7 +1,9 @@
 """Text helpers shared by LLM and TTS stages."""
 from __future__ import annotations
 
+import itertools
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,17 +13,17 @@ _CJK_END = "。！？"
 # The first chunk may end at a clause: a word ending in one of these (closing quotes and brackets aside).
 _CLAUSE_END = re.compile(r"[,;:—–][\"')\]”’]*$")
 _WORD = re.compile(r"\S+")
-_SEGMENTER: Any = None
+_LOCAL = threading.local()  # a pysbd Segmenter keeps the text being segmented on itself: one per thread
 
 
 def _segmenter() -> Any:
-    """pysbd's English rules (abbreviations, numbers, initials, ellipses, CJK full stops), built once."""
-    global _SEGMENTER
-    if _SEGMENTER is None:
+    """pysbd's English rules (abbreviations, numbers, initials, ellipses, CJK full stops), built once per thread."""
+    segmenter = getattr(_LOCAL, "segmenter", None)
+    if segmenter is None:
         import pysbd
 
-        _SEGMENTER = pysbd.Segmenter(language="en", clean=False)
-    return _SEGMENTER
+        segmenter = _LOCAL.segmenter = pysbd.Segmenter(language="en", clean=False)
+    return segmenter
 
 
 def sentence_ends(text: str, final: bool = False) -> list[int]:
@@ -143,7 +145,7 @@ class SentenceSplitter:
             if len(self._buffer[max(start, self._spoken):end].strip()) < self.min_chars and not last:
                 continue  # too short alone: joined to the next sentence
             sentences = [start, *(e for e in ends[:index] if e > start), end]
-            for a, b in zip(sentences, sentences[1:]):
+            for a, b in itertools.pairwise(sentences):
                 if self._repeats(self._buffer[a:b]):
                     self._kept.append(self._buffer[start:a])
                     if chunk := self._buffer[max(start, self._spoken):a].strip():

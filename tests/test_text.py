@@ -133,3 +133,23 @@ def test_llm_stage_sends_a_short_first_chunk():
     out = list(EchoLM().process(Transcript(text, 0, "en")))
     assert [m.text for m in out if isinstance(m, ReplyText)] == \
         ["Well, the capital of France is", "Paris, a city on the Seine.", "It is lovely."]
+
+
+def test_streams_in_several_threads_do_not_mix():
+    """The realtime server runs one LLM stage per session, each in its own thread."""
+    import threading
+
+    texts = {i: f"Reply number {i} is here. Dr. Smith paid ${i}.50 for it. It was e.g. cheap! Really?" for i in range(4)}
+    results: dict[int, list[str]] = {}
+
+    def run(i: int) -> None:
+        results[i] = [chunk for _ in range(20) for _, chunk in stream(SentenceSplitter(), bpe_like(texts[i]))]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in texts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i in texts:
+        assert results[i] == [f"Reply number {i} is here.", f"Dr. Smith paid ${i}.50 for it.", "It was e.g. cheap!",
+                              "Really?"] * 20
