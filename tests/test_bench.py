@@ -112,3 +112,18 @@ def test_runner_benchmark_prints_sane_figures():
     throughput = re.search(r"throughput\s+([\d,]+) messages/s", result.stdout)
     assert hop and throughput, result.stdout
     assert 0 < int(hop[1]) <= int(hop[2]) and int(throughput[1].replace(",", "")) > 0
+
+
+@pytest.mark.slow
+def test_latency_benchmark_prints_true_voice_to_voice_per_file_and_percentiles(tmp_path, espeak):
+    question = espeak("Good morning to you.", tmp_path / "q.wav")
+    result = subprocess.run([sys.executable, "-m", "s2s.bench", "latency", str(question), "llm=echo",
+                             "--trailing-s", "1.5"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| voice-to-voice | endpoint | STT |" in result.stdout and "**p50**" in result.stdout
+    [folder] = (tmp_path / "outputs").glob("*/*-latency")
+    report = json.loads((folder / "latency.json").read_text())
+    [row] = report["rows"]
+    assert "morning" in row["transcript"].lower() and row["first_chunk"]
+    assert row["voice_to_voice_s"] > row["endpoint_s"] > 0  # from the end of speech, endpointing included
+    assert report["peak_memory_mb"] > 0 and (folder / "00" / "metrics.json").exists()

@@ -31,13 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     latency.add_argument("inputs", nargs="*", metavar="FILE|key=value",
                          help="speech files (default: the bundled sample and espeak-ng questions) and config "
                               "overrides such as tts=kokoro_onnx vad.min_silence_ms=500")
-    latency.add_argument("--gap-s", type=float, default=6.0,
-                         help="silence after each file, time for the reply (default 6 s)")
+    latency.add_argument("--trailing-s", type=float, default=2.0,
+                         help="silence fed after each file (default 2 s; the reply is measured, not heard out)")
     args = parser.parse_args(argv)
     if args.command == "latency":
         overrides = [item for item in args.inputs if "=" in item]
         try:
-            return bench_latency([item for item in args.inputs if "=" not in item], overrides, args.gap_s)
+            return bench_latency([item for item in args.inputs if "=" not in item], overrides, args.trailing_s)
         except ValueError as error:
             parser.error(str(error))
     if args.command == "server":

@@ -1,9 +1,10 @@
 """python -m s2s.bench latency [FILES...] [key=value ...]: true voice-to-voice on the composed pipeline.
 
-Each file is fed realtime-paced, as a microphone would, with trailing silence, one after another in a single run
-of the real runner (models load once). Voice-to-voice is measured from the end of the user's speech (the last
-voiced frame), endpointing included, to the first reply audio at the sink. Without files it speaks a set of
-questions with espeak-ng (several voices and rates, as the tests do) after the bundled sample.
+Each file is fed realtime-paced, as a microphone would, with trailing silence, as its own conversation: one run of
+the real runner per file, each in a subfolder of the benchmark's run folder (so a long reply to one question never
+delays the next, and no answer leans on an earlier one). Voice-to-voice is measured from the end of the user's
+speech (the last voiced frame), endpointing included, to the first reply audio at the sink. Without files it
+speaks a set of questions with espeak-ng (several voices and rates, as the tests do) after the bundled sample.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ BREAKDOWN = [("voice_to_voice_s", "voice-to-voice"), ("endpoint_s", "endpoint"),
 class Clip:
     name: str
     samples: np.ndarray
-    start_s: float = 0.0  # where it starts in the fed stream
+    start_s: float = 0.0  # where the speech starts and ends in the fed input
     end_s: float = 0.0
 
 
@@ -56,19 +57,15 @@ def default_clips(folder: Path) -> list[Clip]:
     return clips
 
 
-def feed(clips: list[Clip], gap_s: float, path: Path) -> None:
-    """One stream: each clip followed by ``gap_s`` of silence (time for the reply before the next question)."""
+def write_input(clip: Clip, path: Path) -> None:
+    """Half a second of silence, then the clip (the source adds the trailing silence)."""
     import soundfile
 
-    parts, position = [audio.silence(0.5, RATE)], 0.5
-    for clip in clips:
-        clip.start_s, clip.end_s = position, position + len(clip.samples) / RATE
-        parts += [clip.samples, audio.silence(gap_s, RATE)]
-        position = clip.end_s + gap_s
-    soundfile.write(path, np.concatenate(parts), RATE)
+    clip.start_s, clip.end_s = 0.5, 0.5 + len(clip.samples) / RATE
+    soundfile.write(path, np.concatenate([audio.silence(0.5, RATE), clip.samples]), RATE)
 
 
-def run_pipeline(stream: Path, output_dir: Path, overrides: list[str]) -> dict[str, Any]:
+def run_pipeline(stream: Path, output_dir: Path, overrides: list[str], trailing_s: float) -> dict[str, Any]:
     """The composed config (platform detected, command-line overrides applied) over ``stream``, realtime."""
     from hydra import compose, initialize_config_dir
 
@@ -76,7 +73,8 @@ def run_pipeline(stream: Path, output_dir: Path, overrides: list[str]) -> dict[s
     from s2s.cli import CONF_DIR, prepare_argv
 
     overrides = prepare_argv([*overrides, f"source.path={stream}", "source.realtime=true",
-                              "source.trailing_silence_ms=1500", f"output_dir={output_dir}"])
+                              f"source.trailing_silence_ms={int(trailing_s * 1000)}",
+                              f"output_dir={output_dir}"])
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
     code = app.main(cfg)
@@ -85,18 +83,15 @@ def run_pipeline(stream: Path, output_dir: Path, overrides: list[str]) -> dict[s
     return json.loads((output_dir / "metrics.json").read_text())
 
 
-def rows(clips: list[Clip], metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per clip: the turns whose speech ended inside it (a clip may hold several utterances)."""
+def rows(clip: Clip, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """The clip's turns, one row each (a clip may hold several utterances; one that was not heard still shows)."""
     result = []
-    for clip in clips:
-        turns = [t for t in metrics["turns"] if t["timings"]["speech_end_at_s"] is not None
-                 and clip.start_s - 0.1 <= t["timings"]["speech_end_at_s"] <= clip.end_s + 0.5]
-        for turn in turns or [None]:
-            timings = turn["timings"] if turn else {}
-            result.append({"file": clip.name, "turn": turn["turn"] if turn else None,
-                           "transcript": turn["user"] if turn else "(no turn)",
-                           "first_chunk": turn.get("first_chunk", "") if turn else "",
-                           **{key: timings.get(key) for key, _ in BREAKDOWN}})
+    for turn in metrics["turns"] or [None]:
+        timings = turn["timings"] if turn else {}
+        result.append({"file": clip.name, "turn": turn["turn"] if turn else None,
+                       "transcript": turn["user"] if turn else "(no turn)",
+                       "first_chunk": turn.get("first_chunk", "") if turn else "",
+                       **{key: timings.get(key) for key, _ in BREAKDOWN}})
     return result
 
 
@@ -124,7 +119,7 @@ def table(found: list[dict[str, Any]], peak_mb: float | None) -> str:
     return "\n".join(lines)
 
 
-def bench_latency(files: list[str], overrides: list[str], gap_s: float) -> int:
+def bench_latency(files: list[str], overrides: list[str], trailing_s: float) -> int:
     from s2s.resolvers import fresh_dir
 
     output_dir = Path(fresh_dir(time.strftime("outputs/%Y-%m-%d/%H-%M-%S-latency")))
@@ -135,14 +130,22 @@ def bench_latency(files: list[str], overrides: list[str], gap_s: float) -> int:
         clips = [Clip(Path(name).name, audio.read_audio(name, RATE)) for name in files]
     else:
         clips = default_clips(output_dir)
-    stream = output_dir / "latency_input.wav"
-    feed(clips, gap_s, stream)
-    metrics = run_pipeline(stream, output_dir, overrides)
-    found = rows(clips, metrics)
-    report = table(found, metrics.get("peak_memory_mb"))
+    found: list[dict[str, Any]] = []
+    peaks: list[float] = []
+    machine = None
+    for index, clip in enumerate(clips):
+        run_dir = output_dir / f"{index:02d}"
+        run_dir.mkdir()
+        write_input(clip, run_dir / "input.wav")
+        metrics = run_pipeline(run_dir / "input.wav", run_dir, overrides, trailing_s)
+        found += rows(clip, metrics)
+        peaks += [metrics["peak_memory_mb"]] if metrics.get("peak_memory_mb") else []
+        machine = metrics.get("machine")
+    peak = max(peaks) if peaks else None
+    report = table(found, peak)
     (output_dir / "latency.md").write_text(report + "\n")
-    (output_dir / "latency.json").write_text(json.dumps({"rows": found, "peak_memory_mb": metrics.get(
-        "peak_memory_mb"), "machine": metrics.get("machine"), "overrides": overrides}, indent=2))
+    (output_dir / "latency.json").write_text(json.dumps({"rows": found, "peak_memory_mb": peak, "machine": machine,
+                                                         "overrides": overrides}, indent=2))
     print(report)
     print(f"\nlatency.md, latency.json and the run's files in {output_dir.resolve()}")
     return 0
