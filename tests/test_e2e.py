@@ -24,7 +24,7 @@ def whisper():
     model = WhisperModel(resolve_model("tiny.en"), device="cpu", compute_type="int8")
 
     def transcribe(path: Path) -> str:
-        segments, _ = model.transcribe(str(path), language="en", beam_size=1)
+        segments, _ = model.transcribe(str(path), language="en", beam_size=5)  # greedy int8 depends on the CPU
         return " ".join(segment.text.strip() for segment in segments)
 
     return transcribe

@@ -53,7 +53,7 @@ class OpenAISTT(Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        base_url = kwargs.get("base_url")
+        base_url = kwargs["base_url"]
         if isinstance(base_url, str) and not base_url.startswith(("http://", "https://")):
             raise context.error("base_url", base_url, "an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
 
