@@ -38,8 +38,6 @@ BREAKDOWN = [("voice_to_voice_s", "voice-to-voice"), ("endpoint_s", "endpoint"),
 class Clip:
     name: str
     samples: np.ndarray
-    start_s: float = 0.0  # where the speech starts and ends in the fed input
-    end_s: float = 0.0
 
 
 def default_clips(folder: Path) -> list[Clip]:
@@ -61,7 +59,6 @@ def write_input(clip: Clip, path: Path) -> None:
     """Half a second of silence, then the clip (the source adds the trailing silence)."""
     import soundfile
 
-    clip.start_s, clip.end_s = 0.5, 0.5 + len(clip.samples) / RATE
     soundfile.write(path, np.concatenate([audio.silence(0.5, RATE), clip.samples]), RATE)
 
 

@@ -15,6 +15,12 @@ log = logging.getLogger(__name__)
 NO_KEY = "no-key"  # local servers ignore the key, but the SDK refuses to start without one
 
 
+def check_base_url(base_url: Any, context: ValidationContext) -> None:
+    """An OpenAI-compatible server's API root must be an http(s) URL (shared by llm=openai and stt=openai)."""
+    if isinstance(base_url, str) and not base_url.startswith(("http://", "https://")):
+        raise context.error("base_url", base_url, "an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
+
+
 class OpenAILM(LLMStage, Stage):
     """Streams chat replies from an OpenAI-compatible server.
 
@@ -53,9 +59,7 @@ class OpenAILM(LLMStage, Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        base_url = kwargs["base_url"]
-        if isinstance(base_url, str) and not base_url.startswith(("http://", "https://")):
-            raise context.error("base_url", base_url, "an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
+        check_base_url(kwargs["base_url"], context)
         check_module(kwargs["tools"], f"{context.group}.tools")
 
     def setup(self) -> None:

@@ -53,9 +53,9 @@ class OpenAISTT(Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        base_url = kwargs["base_url"]
-        if isinstance(base_url, str) and not base_url.startswith(("http://", "https://")):
-            raise context.error("base_url", base_url, "an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
+        from s2s.llm.openai_lm import check_base_url
+
+        check_base_url(kwargs["base_url"], context)
 
     def setup(self) -> None:
         from s2s.llm.openai_lm import connect, detail
