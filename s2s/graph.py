@@ -254,7 +254,7 @@ class Graph:
             if isinstance(message, TurnDiscarded):
                 stage.discard(message.turn)
             if isinstance(message, Control):
-                self._emit(index, message)
+                self._emit(index, message, forwarded=True)
                 continue
             if self._stale(message):
                 continue
@@ -310,13 +310,15 @@ class Graph:
                 return
             self._queues[-1].put(message)
 
-    def _emit(self, index: int, message: Message) -> None:
+    def _emit(self, index: int, message: Message, forwarded: bool = False) -> None:
+        """Hand ``message`` on; ``forwarded`` controls were acted on when their stage first emitted them."""
         name = self.stages[index][0]
         if isinstance(message, Metric):
             self.observer.on_metric(name, message)
             return
         self.observer.on_output(name, message, time.perf_counter())
-        self._speculate(message)
+        if not forwarded:  # e.g. a TurnConfirmed passed on after the reply must not make the mic deaf again
+            self._speculate(message)
         if self.half_duplex and isinstance(message, SpeechSegment) and not message.speculative:
             self._deaf_turn = message.turn
         elif isinstance(message, TurnEnd) and index == len(self.stages) - 1 and message.turn == self._deaf_turn:
