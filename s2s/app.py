@@ -98,7 +98,8 @@ def main(cfg: DictConfig) -> int:
         try:
             graph = Graph(_build(specs), recorder, barge_in=cfg.runner.barge_in,
                           half_duplex=cfg.runner.half_duplex,
-                          stop_timeout_s=cfg.runner.stop_timeout_s)
+                          stop_timeout_s=cfg.runner.stop_timeout_s,
+                          first_audio_wait_s=cfg.runner.first_audio_wait_s)
             recorder.setup_s = graph.setup(warm_up=cfg.runner.warm_up)
             if graph.live:
                 print("listening: speak now, Ctrl-C to stop", flush=True)

@@ -37,7 +37,8 @@ MUST_EXIST = "must-exist"  # marker for typing.Annotated: the path (when not Non
 TOP_LEVEL: dict[str, Any] = {"dry_run": bool, "audio.sample_rate": typing.Annotated[int, Range(8000, 192000)],
                              "runner.barge_in": bool, "runner.half_duplex": typing.Optional[bool],
                              "runner.stop_timeout_s": typing.Annotated[float, Range(0.1, 60)],
-                             "runner.warm_up": bool}
+                             "runner.warm_up": bool,
+                             "runner.first_audio_wait_s": typing.Annotated[float, Range(0, 60)]}
 
 
 def _walk(node: Any, path: str) -> Iterator[tuple[str, Any, Any]]:

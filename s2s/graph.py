@@ -104,7 +104,8 @@ class Graph:
     """A linear chain of named stages; the first must be a :class:`Source`."""
 
     def __init__(self, stages: list[tuple[str, Stage]], observer: Observer | None = None, *,
-                 barge_in: bool = False, half_duplex: bool | None = None, stop_timeout_s: float = 2.0) -> None:
+                 barge_in: bool = False, half_duplex: bool | None = None, stop_timeout_s: float = 2.0,
+                 first_audio_wait_s: float = 0.0) -> None:
         if not stages or not isinstance(stages[0][1], Source):
             raise ValueError("a graph starts with a Source stage")
         self.stages = stages
@@ -125,6 +126,12 @@ class Graph:
         self._unconfirmed: set[int] = set()
         self._held: dict[int, list[Message]] = {}  # what was bound for the sink while its turn was unconfirmed
         self._gate = threading.Lock()
+        # first audio first: the stage feeding the one that makes the sink's data (the LLM before the TTS) hands on
+        # a turn's first piece, then waits until that piece has been made into output (at most this long), so the
+        # two do not share the CPU while the user waits for the first audio; 0 turns it off
+        self.first_audio_wait_s = first_audio_wait_s
+        self._first_out: dict[int, threading.Event] = {}
+        self._first_out_lock = threading.Lock()
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, warm_up: bool = True) -> dict[str, float]:
@@ -264,18 +271,41 @@ class Graph:
             self.observer.on_input(name, message, time.perf_counter())
             self._drain(index, stage.process(message), message)
             self.observer.on_done(name, message, time.perf_counter())
+            if self.first_audio_wait_s > 0 and index == len(self.stages) - 2 \
+                    and isinstance(turn := getattr(message, "turn", None), int):
+                self._first_output(turn).set()  # the piece is done, even if it made no output
 
     def _drain(self, index: int, outputs: Iterator[Message], source: Data | None = None) -> None:
         """Forward a stage's outputs as they come; stop early (closing the generator) on stop or barge-in."""
+        yields = source is not None and self.first_audio_wait_s > 0 and index == len(self.stages) - 3
         try:
             for output in outputs:
                 if self._stop.is_set() or (source is not None and self._stale(source)):
                     return
                 self._emit(index, output)
+                if yields and isinstance(output, Data) and isinstance(turn := getattr(output, "turn", None), int):
+                    yields = False  # only the turn's first piece waits
+                    self._wait_first_output(turn, source)
         finally:
             close = getattr(outputs, "close", None)  # generators stop their backend in `finally`
             if close:
                 close()
+
+    def _first_output(self, turn: int) -> threading.Event:
+        with self._first_out_lock:
+            if turn not in self._first_out:
+                for old in [key for key in self._first_out if key < turn - 8]:  # bounded: recent turns only
+                    del self._first_out[old]
+                self._first_out[turn] = threading.Event()
+            return self._first_out[turn]
+
+    def _wait_first_output(self, turn: int, source: Data) -> None:
+        """Before the stage makes more of ``turn``, let the next stage turn the first piece into output."""
+        made = self._first_output(turn)
+        deadline = time.monotonic() + self.first_audio_wait_s
+        while not made.wait(_POLL_S):
+            if self._stop.is_set() or self._stale(source) or time.monotonic() > deadline:
+                return
 
     def _stale(self, message: Message) -> bool:
         turn = getattr(message, "turn", None)
@@ -327,6 +357,9 @@ class Graph:
             log.info("barge-in: user started turn %d, dropping older replies", message.turn)
             self._cancel_below = message.turn
         if index + 2 == len(self.stages):
+            turn = getattr(message, "turn", None)
+            if self.first_audio_wait_s > 0 and isinstance(message, Data) and isinstance(turn, int):
+                self._first_output(turn).set()
             self._to_sink(message)
         elif index + 1 < len(self.stages):
             self._queues[index].put(message)

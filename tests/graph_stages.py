@@ -108,6 +108,7 @@ class Talker(Stage):
     def __init__(self, words: int = 3, pause_s: float = 0.0) -> None:
         self.words, self.pause_s = words, pause_s
         self.closed_early = 0
+        self.made: list[float] = []  # when each sentence was made (perf_counter)
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, Transcript)
@@ -115,6 +116,7 @@ class Talker(Stage):
             for index in range(self.words):
                 if index:
                     time.sleep(self.pause_s)
+                self.made.append(time.perf_counter())
                 yield ReplyText(f"{message.text} word {index}.", message.turn)
             yield TurnEnd(message.turn)
         except GeneratorExit:
@@ -123,14 +125,21 @@ class Talker(Stage):
 
 
 class Voice(Stage):
+    """``samples`` of a tone per sentence (none: the sentence makes no audio), after ``delay_s``."""
+
     accepts = (ReplyText,)
 
-    def __init__(self, samples: int = 2400) -> None:
-        self.samples = samples
+    def __init__(self, samples: int = 2400, delay_s: float = 0.0) -> None:
+        self.samples, self.delay_s = samples, delay_s
+        self.made: list[float] = []  # when each block was made (perf_counter)
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, ReplyText)
-        yield ReplyAudio(np.zeros(self.samples, dtype=np.float32), 24000, message.turn)
+        time.sleep(self.delay_s)
+        self.made.append(time.perf_counter())
+        if self.samples:
+            tone = 0.1 * np.sin(np.arange(self.samples, dtype=np.float32) * 0.1)
+            yield ReplyAudio(tone.astype(np.float32), 24000, message.turn)
 
 
 class Collector(Stage):

@@ -59,6 +59,25 @@ def test_first_output_reaches_the_sink_before_the_producer_finishes():
     assert arrivals[1] - arrivals[0] > 0.2 and arrivals[0] < arrivals[2] - 0.4
 
 
+@pytest.mark.parametrize("wait_s", [2.0, 0.0])
+def test_the_llm_pauses_after_its_first_sentence_until_the_tts_has_made_it_into_audio(wait_s):
+    talker, voice = Talker(words=3), Voice(delay_s=0.3)
+    run_graph(chain(source=CountingSource(turns=1), talker=talker, voice=voice), first_audio_wait_s=wait_s)
+    assert len(talker.made) == 3 and len(voice.made) == 3
+    if wait_s:  # the second sentence is made only once the first one's audio exists: they never share the CPU
+        assert talker.made[1] >= voice.made[0]
+    else:  # off: the talker runs ahead of the voice
+        assert talker.made[2] < voice.made[0]
+
+
+def test_a_first_sentence_that_makes_no_audio_ends_the_pause_at_once():
+    talker, voice = Talker(words=3), Voice(samples=0)
+    start = time.perf_counter()
+    _, result = run_graph(chain(source=CountingSource(turns=2), talker=talker, voice=voice), first_audio_wait_s=30.0)
+    assert result.status == "completed" and len(talker.made) == 6
+    assert time.perf_counter() - start < 15.0  # two turns would wait 30 s each if the empty piece kept the pause
+
+
 def test_failing_stage_stops_the_graph_quickly_and_names_itself():
     sink = Collector()
     started = time.perf_counter()
@@ -115,6 +134,22 @@ def test_recorder_turns_into_transcript_and_metrics(tmp_path):
     timings = metrics["turns"][0]["timings"]
     assert timings["voice_to_voice_s"] > 0 and timings["stt_s"] >= 0 and timings["tts_first_audio_s"] >= 0
     assert timings["tts_rtf"] >= 0 and metrics["turns"][0]["reply_audio_s"] == pytest.approx(0.2)
+
+
+def test_voice_to_voice_counts_the_silence_leading_the_first_reply_block(tmp_path):
+    """The user hears the reply when its sound starts, not when a block of silence reaches the speaker."""
+    import numpy as np
+
+    from s2s.messages import ReplyAudio, SpeechSegment
+
+    recorder = Recorder(tmp_path)
+    recorder.on_output("vad", SpeechSegment(np.zeros(1600, np.float32), 16000, 0, 0.0, 1.1, speech_end_s=1.0,
+                                            closed_s=1.2), now=10.0)
+    block = np.concatenate([np.zeros(2400, np.float32), np.full(2400, 0.3, np.float32)])  # 0.1 s, then sound
+    recorder.on_input("sink", ReplyAudio(block, 24000, 0), now=11.0)
+    timings = recorder.turns[0].figures()
+    assert timings["first_audio_at_s"] == pytest.approx(1.2 + 1.0 + 0.1)
+    assert timings["voice_to_voice_s"] == pytest.approx(1.3)
 
 
 def test_turns_without_words_leave_no_transcript_line(tmp_path):

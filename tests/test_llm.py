@@ -76,6 +76,25 @@ def test_closing_the_reply_stops_generation(smollm2):
 
 
 @pytest.mark.slow
+def test_generation_waits_while_the_runner_is_not_reading(smollm2):
+    """The runner pauses the LLM while the TTS makes the first audio: generate must not run ahead meanwhile."""
+    smollm2.reset()
+    smollm2.max_new_tokens = 200
+    try:
+        pieces = smollm2.stream(smollm2.chat_messages("Tell me a long story about a dragon and a knight."))
+        first = next(pieces)
+        time.sleep(1.0)  # unbounded, 200 tokens of a 135M model would be done long before the reader comes back
+        generating = [t for t in threading.enumerate() if t.name == "s2s-llm-generate" and t.is_alive()]
+        rest = "".join(piece for _, piece in zip(range(400), pieces))  # bounded: at most 400 more pieces
+        assert generating, "generation finished while nobody was reading"
+        assert first + rest and len(rest.split()) > 10  # and it went on once reading resumed
+    finally:
+        pieces.close()
+        smollm2.max_new_tokens = 48
+    assert not any(t.name == "s2s-llm-generate" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("question", ["What is love?", "Tell me about yourself."])
 def test_the_default_repetition_guard_keeps_smollm2_from_repeating_itself(smollm2, question):
     """Greedy SmolLM2-135M without the guard doubles words ("nurtured and nurtured") and reuses phrases: 7 and 36

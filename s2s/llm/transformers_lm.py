@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import queue
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from s2s.stage import MissingExtraError, Stage, require
 log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
 PACKAGED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+STREAM_AHEAD = 2  # text pieces (about words) generation may run ahead of the reader
 
 
 def packaged_gguf() -> Path:
@@ -151,6 +153,9 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
                                                      **self._template_tools()).to(self.device)
         streamer = TextIteratorStreamer(self._tokenizer, skip_prompt=True, skip_special_tokens=True,
                                         clean_up_tokenization_spaces=False)
+        # pulled, not pushed: generation waits while the runner is not reading (so the TTS has the CPU for the
+        # reply's first audio) instead of running ahead into an unbounded queue
+        streamer.text_queue = queue.Queue(maxsize=STREAM_AHEAD)
         sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
             {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         # only the reply's own tokens are penalised (transformers' default would also penalise the prompt's)
@@ -180,6 +185,11 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
                 yield from calls.finish()
         finally:
             cancelled.set()
+            while worker.is_alive():  # a paused generate may be waiting for room in the queue
+                try:
+                    streamer.text_queue.get(timeout=0.05)
+                except queue.Empty:
+                    pass
             worker.join()
         if failure:
             raise failure[0]

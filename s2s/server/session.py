@@ -388,7 +388,8 @@ class Session:
         runner = self.cfg.runner
         self.graph = Graph(chain, _Observer(self.recorder, self.post, self.vad_spec.group, self.specs[-1].group),
                            barge_in=self.turn_detection.interrupt_response, half_duplex=False,
-                           stop_timeout_s=float(runner.stop_timeout_s))
+                           stop_timeout_s=float(runner.stop_timeout_s),
+                           first_audio_wait_s=float(runner.first_audio_wait_s))
         self._graph_thread = threading.Thread(target=self._run_graph, name=f"s2s-session-{self.id[-6:]}",
                                               daemon=True)
         self._graph_thread.start()
