@@ -102,3 +102,53 @@ def chunks(samples: np.ndarray, size: int) -> Iterator[np.ndarray]:
 
 def silence(seconds: float, sample_rate: int) -> np.ndarray:
     return np.zeros(int(round(seconds * sample_rate)), dtype=PIPELINE_DTYPE)
+
+
+SILENCE_LEVEL = 0.005  # about -46 dBFS: below this a sample counts as silence when shaping reply audio
+
+
+def sound_bounds(samples: np.ndarray, level: float = SILENCE_LEVEL) -> tuple[int, int] | None:
+    """(first, end) sample indices of the audible part of ``samples``, or None if it is all silence."""
+    loud = np.flatnonzero(np.abs(samples) >= level)
+    return (int(loud[0]), int(loud[-1]) + 1) if len(loud) else None
+
+
+class PauseShaper:
+    """Shortens the silence a TTS puts around each reply chunk, without ever delaying sound.
+
+    Many models pad every synthesis with a quarter second of silence before the speech and half a second after
+    it, so the reply starts late and sentences are far apart. Feed one chunk's blocks in order and call
+    :meth:`finish` after its last block: the silence before the first sound is cut to ``lead_s``; silence at the
+    end of a block is held back, released in full if more sound follows (a pause inside the chunk) and cut to
+    ``tail_s`` if the chunk ends there. Blocks with sound come out as soon as they arrive.
+    """
+
+    def __init__(self, sample_rate: int, lead_s: float = 0.05, tail_s: float = 0.25) -> None:
+        self.lead = round(lead_s * sample_rate)
+        self.tail = round(tail_s * sample_rate)
+        self._started = False
+        self._held: list[np.ndarray] = []  # trailing silence seen so far (before the first sound: the lead-in)
+
+    def feed(self, block: np.ndarray) -> np.ndarray:
+        bounds = sound_bounds(block)
+        if bounds is None:
+            self._held.append(block)
+            if not self._started:  # only the last `lead` samples of a lead-in are ever kept
+                self._held = [_last(np.concatenate(self._held), self.lead)]
+            return block[:0]
+        first, end = bounds
+        before = np.concatenate([*self._held, block[:first]])
+        if not self._started:
+            before, self._started = _last(before, self.lead), True
+        self._held = [block[end:]]
+        return np.concatenate([before, block[first:end]])
+
+    def finish(self) -> np.ndarray:
+        """The chunk ended: at most ``tail_s`` of the silence held back after its last sound."""
+        held = np.concatenate(self._held) if self._held and self._started else np.zeros(0, PIPELINE_DTYPE)
+        self._held, self._started = [], False
+        return held[:self.tail]
+
+
+def _last(samples: np.ndarray, count: int) -> np.ndarray:
+    return samples[len(samples) - count:] if count else samples[:0]

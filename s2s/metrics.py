@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from s2s import audio
 from s2s.platform import machine_info, peak_memory_mb
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, Transcript,
                           TurnConfirmed, TurnDiscarded, TurnEnd)
@@ -52,6 +53,7 @@ class Turn:
     tts_first_audio: float | None = None
     tts_busy_s: float = 0.0
     first_reply_at_sink: float | None = None
+    lead_silence_s: float = 0.0  # silence at the start of that first block: the user hears sound this much later
     reported: dict[str, float] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)  # metrics with details: tool calls, LLM errors
 
@@ -79,7 +81,7 @@ class Turn:
         }
 
     def first_audio_at_s(self) -> float | None:
-        """When the first reply audio reached the sink, on the input clock.
+        """When the first reply sound reached the sink (its block, plus any silence leading it), on the input clock.
 
         Wall time is mapped onto the input clock through each point where both are known (the VAD letting the
         segment go, the confirmation); the latest mapping wins, so a file read faster than real time still
@@ -87,7 +89,8 @@ class Turn:
         """
         if self.first_reply_at_sink is None or not self.anchors:
             return None
-        return max(at + (self.first_reply_at_sink - wall) for at, wall in self.anchors)
+        heard = self.first_reply_at_sink + self.lead_silence_s
+        return max(at + (heard - wall) for at, wall in self.anchors)
 
     def record(self) -> dict[str, Any]:
         return {"turn": self.turn, "user": self.user, "assistant": " ".join(self.assistant),
@@ -143,7 +146,10 @@ class Recorder:
                 self._tts_open[message.turn] = now
             elif isinstance(message, ReplyAudio):
                 turn = self._turn(message.turn)
-                turn.first_reply_at_sink = turn.first_reply_at_sink or now
+                if turn.first_reply_at_sink is None:
+                    turn.first_reply_at_sink = now
+                    bounds = audio.sound_bounds(message.samples)
+                    turn.lead_silence_s = (bounds[0] if bounds else len(message.samples)) / message.sample_rate
 
     def on_done(self, stage: str, message: Data, now: float) -> None:
         with self._lock:

@@ -79,3 +79,34 @@ def test_chunks_pad_the_last_block():
     blocks = list(audio.chunks(np.ones(1000, dtype=np.float32), 512))
     assert [len(b) for b in blocks] == [512, 512]
     assert blocks[1][488:].sum() == 0
+
+
+def _sound(n):
+    return np.full(n, 0.5, np.float32)
+
+
+def _quiet(n):
+    return np.zeros(n, np.float32)
+
+
+def test_pause_shaper_cuts_the_lead_in_and_the_tail_but_keeps_pauses_inside_a_chunk():
+    shaper = audio.PauseShaper(1000, lead_s=0.05, tail_s=0.25)
+    first = shaper.feed(np.concatenate([_quiet(260), _sound(100), _quiet(80)]))
+    assert len(first) == 50 + 100  # 50 ms of the lead-in, then the sound; the 80 ms after it is held back
+    second = shaper.feed(np.concatenate([_quiet(40), _sound(50), _quiet(600)]))
+    assert len(second) == 80 + 40 + 50  # more sound followed: the pause inside the chunk comes out whole
+    assert len(shaper.finish()) == 250  # the chunk ended: its tail is cut to 250 ms
+
+
+def test_pause_shaper_never_holds_sound_back_and_forgets_silent_blocks_before_it():
+    shaper = audio.PauseShaper(1000, lead_s=0.05, tail_s=0.25)
+    assert len(shaper.feed(_quiet(300))) == 0 and len(shaper.feed(_quiet(300))) == 0  # a streamed lead-in
+    out = shaper.feed(_sound(10))
+    assert len(out) == 60 and np.all(out[-10:] == 0.5)
+    assert len(shaper.finish()) == 0
+    assert len(shaper.finish()) == 0 and len(audio.PauseShaper(1000).finish()) == 0  # all silent: nothing
+
+
+def test_sound_bounds():
+    assert audio.sound_bounds(np.concatenate([_quiet(5), _sound(3), _quiet(2)])) == (5, 8)
+    assert audio.sound_bounds(_quiet(10)) is None

@@ -15,11 +15,17 @@ class TTSStage(Stage):
     Blocks may be numpy arrays, torch tensors or mx arrays of any shape and dtype at ``self.sample_rate``;
     ``process`` turns each into a :class:`ReplyAudio` in the pipeline format. When the runner stops reading
     (barge-in, shutdown) the generator is closed, so a backend stops its library's stream in ``finally``.
+
+    The silence a model pads each chunk with is shortened (:class:`s2s.audio.PauseShaper`): the reply's sound
+    starts at most ``lead_silence_s`` into its first block, and chunks end at most ``max_pause_s`` after their
+    last sound, so sentences follow each other at a talking pace. Pauses inside a chunk are kept.
     """
 
     accepts = (ReplyText,)
     emits = (ReplyAudio,)
     sample_rate: int = 24000
+    lead_silence_s: float = 0.05
+    max_pause_s: float = 0.25
 
     def synthesize(self, text: str, language: str | None) -> Iterator[Any]:
         raise NotImplementedError
@@ -32,10 +38,13 @@ class TTSStage(Stage):
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, ReplyText)
         blocks = self.synthesize(message.text, message.language)
+        shaper = audio.PauseShaper(self.sample_rate, self.lead_silence_s, self.max_pause_s)
         try:
             for block in blocks:
-                samples = audio.to_pipeline(block, self.sample_rate)
+                samples = shaper.feed(audio.to_pipeline(block, self.sample_rate))
                 if len(samples):
                     yield ReplyAudio(samples, self.sample_rate, message.turn)
         finally:
             blocks.close()  # type: ignore[attr-defined]
+        if len(tail := shaper.finish()):
+            yield ReplyAudio(tail, self.sample_rate, message.turn)

@@ -1,0 +1,37 @@
+"""The default TTS (Kokoro-82M int8 ONNX from its registry packages) through the real stage."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from s2s import audio
+from s2s.messages import ReplyAudio, ReplyText
+from s2s.tts.kokoro_onnx import KokoroOnnxTTS
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def kokoro(tmp_path_factory):
+    stage = KokoroOnnxTTS(cache_dir=str(tmp_path_factory.mktemp("cache")))
+    stage.setup()
+    yield stage
+    stage.close()
+
+
+def test_reply_chunks_start_with_sound_and_end_after_a_short_pause(kokoro):
+    raw = np.concatenate([audio.to_pipeline(block, kokoro.sample_rate)
+                          for block in kokoro.synthesize("The capital of France is Paris.", None)])
+    first, _ = audio.sound_bounds(raw)
+    assert first > 0.15 * kokoro.sample_rate  # the model pads its speech with silence ...
+    blocks = [m for m in kokoro.process(ReplyText("The capital of France is Paris.", 0)) if isinstance(m, ReplyAudio)]
+    shaped = np.concatenate([block.samples for block in blocks])
+    start, stop = audio.sound_bounds(shaped)
+    assert start <= kokoro.lead_silence_s * kokoro.sample_rate + 1  # ... the stage lets sound start at once
+    assert len(shaped) - stop <= kokoro.max_pause_s * kokoro.sample_rate + 1
+    assert stop - start > 0.8 * kokoro.sample_rate and all(block.turn == 0 for block in blocks)  # speech kept
+
+
+def test_clauses_are_synthesized_on_their_own(kokoro):
+    text = "Well, the capital of France, as everyone knows, is Paris."
+    assert len(list(kokoro.synthesize(text, None))) >= 2
