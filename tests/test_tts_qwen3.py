@@ -149,6 +149,7 @@ def test_platforms_that_cannot_run_a_backend(tmp_path, option, platform, key, fr
     (["tts.backend=onnx"], "tts.backend", "ggml, torch, mlx"),
     (["tts=qwen3_mlx", "tts.model=/tmp", "tts.quantization=4bit"], "tts.quantization", "a local path"),
     (["tts.model=/tmp"], "tts.model", "gguf_talker_path"),
+    (["tts=qwen3_mlx", "tts.model=/nonexistent/qwen3"], "tts.model", "no such folder"),
     (["tts.gguf_talker_path=/tmp"], "tts.gguf_codec_path", "go together"),
     (["tts.gguf_talker_path=/nonexistent.gguf", "tts.gguf_codec_path=/tmp"], "tts.gguf_talker_path", "existing"),
     (["tts.language=xx"], "tts.language", "en (English)"),

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from s2s.config import MUST_EXIST
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
+from s2s.models import model_folder_error
 from s2s.tts.base import TTSStage
 from s2s.tts.qwen3.faster import FasterQwen3
 from s2s.tts.qwen3.mlx import MLXQwen3
@@ -123,6 +124,8 @@ def check_backend(args: dict[str, Any], context: ValidationContext) -> list[Conf
         elif not args["gguf_talker_path"] and args["model"] not in GGML_MODELS:
             errors.append(context.error("model", args["model"], f"one of {', '.join(GGML_MODELS)} with backend "
                                         "ggml (or local files via gguf_talker_path + gguf_codec_path)"))
+    elif error := model_folder_error(args["model"], context, DEFAULT_MODEL):
+        errors.append(error)
     return errors
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from s2s.models import local_path
+
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 DEFAULT_SPEAKER = "Aiden"
 QUANTIZATIONS = {"ggml": ("BF16", "Q8_0", "Q4_K_M", "F32"), "mlx": ("bf16", "4bit", "6bit", "8bit")}
@@ -45,8 +47,8 @@ class Voice:
 
 def model_kind(model: str, gguf_talker_path: str | None = None) -> str | None:
     """``base``, ``custom_voice`` or ``voice_design`` from a local config.json or the model/GGUF name, else None."""
-    config = Path(model).expanduser() / "config.json"
-    if config.is_file():
+    folder = local_path(model)
+    if folder is not None and (config := folder / "config.json").is_file():
         try:
             return json.loads(config.read_text()).get("tts_model_type")
         except (OSError, ValueError):
@@ -73,7 +75,7 @@ def language_name(value: str | None) -> str | None:
 
 def mlx_quantized_repo(model: str, quantization: str | None) -> str:
     """``Qwen/<name>`` -> ``mlx-community/<name>-<quantization>``; local paths and other ids pass through."""
-    if model.startswith("Qwen/") and not Path(model).expanduser().exists():
+    if model.startswith("Qwen/") and local_path(model) is None:
         return f"mlx-community/{model.split('/', 1)[1]}-{quantization or DEFAULT_QUANTIZATION['mlx']}"
     return model
 
