@@ -239,10 +239,10 @@ def _stage_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], li
 
 
 def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
-    host = cfg.host
-    unavailable = OmegaConf.to_container(host.get("unavailable") or DictConfig({}))
-    return ValidationContext(group=group, platform=str(host.name), os=str(host.os),
-                             accelerator=str(host.accelerator), unavailable=unavailable)
+    platform = cfg.platform
+    unavailable = OmegaConf.to_container(platform.get("unavailable") or DictConfig({}))
+    return ValidationContext(group=group, platform=str(platform.name), os=str(platform.os),
+                             accelerator=str(platform.accelerator), unavailable=unavailable)
 
 
 def validate(cfg: DictConfig) -> list[StageSpec]:
@@ -252,7 +252,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
     device_error: ConfigError | None = None
     if not isinstance(device, str) or not valid_device(device):
         device_error = ConfigError("device", device, f"one of {', '.join(DEVICES)} (or cuda:N)")
-    elif problem := device_unavailable(device, str(cfg.host.name), str(cfg.host.accelerator)):
+    elif problem := device_unavailable(device, str(cfg.platform.name), str(cfg.platform.accelerator)):
         device_error = ConfigError("device", device, problem)
     for key, annotation in TOP_LEVEL.items():
         value = OmegaConf.select(cfg, key)

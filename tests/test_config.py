@@ -45,6 +45,17 @@ def test_platform_configs_match_detection():
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
+def test_the_platform_is_one_name_from_the_command_line_to_the_config(platform, tmp_path):
+    """platform=<name> picks conf/platform/<name>.yaml, whose facts are cfg.platform (no second name for it)."""
+    from s2s.platform import detect
+
+    cfg = compose_config([f"platform={platform}"], tmp_path)
+    assert cfg.platform.name == platform and "host" not in cfg
+    assert cfg.platform.accelerator in ("cpu", "cuda", "mps") and cfg.platform.os in platform
+    assert detect().platform in PLATFORMS  # the machine's facts name the platform config that fits it
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("group,option", [(g, o) for g in STAGE_GROUPS for o in options(g)])
 def test_every_option_composes_and_binds(group, option, platform, tmp_path):
     cfg = compose_config([f"{group}={option}", f"platform={platform}", *CONTEXT.get((group, option), [])], tmp_path)

@@ -19,7 +19,7 @@ MODELS = {
     "parakeet-tdt-0.6b-v2": {"onnx": "nemo-parakeet-tdt-0.6b-v2", "mlx": "mlx-community/parakeet-tdt-0.6b-v2"},
     "parakeet-tdt-0.6b-v3": {"onnx": "nemo-parakeet-tdt-0.6b-v3", "mlx": "mlx-community/parakeet-tdt-0.6b-v3"},
 }
-RUNTIME = {"onnx": "onnxruntime", "mlx": "mlx"}  # the runtime each backend needs (platform configs: host.unavailable)
+RUNTIME = {"onnx": "onnxruntime", "mlx": "mlx"}  # the runtime each backend needs (platform.unavailable)
 
 
 class ParakeetSTT(Stage):
