@@ -312,7 +312,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
 
 
 def _check_neighbours(specs: list[StageSpec]) -> list[ConfigError]:
-    """Each stage must consume what the one before it emits (e.g. source=sentences needs bench=tts's pipeline)."""
+    """Each stage must consume what the one before it emits (source=sentences needs experiment=tts_benchmark)."""
     errors = []
     for before, after in zip(specs, specs[1:]):
         if before.cls.emits and after.cls.accepts and not any(

@@ -33,7 +33,7 @@ EXPECTED_FAILURES: dict[tuple[str, str, str], str] = {
 
 
 # Options that only fit another pipeline compose with what selects it.
-CONTEXT: dict[tuple[str, str], list[str]] = {("source", "sentences"): ["bench=tts"]}
+CONTEXT: dict[tuple[str, str], list[str]] = {("source", "sentences"): ["experiment=tts_benchmark"]}
 
 
 def options(group: str) -> list[str]:

@@ -143,8 +143,9 @@ def test_ray_sweep_on_a_local_instance(tmp_path):
     """Two jobs on a local Ray instance: one TTS-only run, one dry run; the summary is written by the driver."""
     sweep = tmp_path / "sweep"
     result = run_cli("-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.include_dashboard=false",
-                     "bench=tts", "sink=discard", "source.sentences=[Good morning.]", "dry_run=false,true",
-                     f"hydra.sweep.dir={sweep}", cwd=tmp_path, env={"RAY_AUTH_MODE": "disabled"}, timeout=300)
+                     "experiment=tts_benchmark", "sink=discard", "source.sentences=[Good morning.]",
+                     "dry_run=false,true", f"hydra.sweep.dir={sweep}", cwd=tmp_path, env={"RAY_AUTH_MODE": "disabled"},
+                     timeout=300)
     if result.returncode != 0 and not (sweep / "0").exists():
         pytest.skip(f"a local Ray instance cannot start here: {result.stderr.strip().splitlines()[-1:]}")
     assert result.returncode == 0, result.stderr[-3000:]
