@@ -220,6 +220,22 @@ def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationCo
     return errors
 
 
+def stage_rule_errors(cls: type[Stage], kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """What ``cls.validate_config`` says of ``kwargs`` (already checked by :func:`check_kwargs`).
+
+    It receives the bound arguments with the constructor's defaults applied, so it reads every key directly.
+    """
+    bound = inspect.signature(cls).bind(**kwargs)
+    bound.apply_defaults()
+    try:
+        cls.validate_config(dict(bound.arguments), context)
+    except ConfigErrors as many:
+        return list(many.errors)
+    except ConfigError as error:
+        return [error]
+    return []
+
+
 def _stage_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
     errors: list[ConfigError] = []
     kwargs: dict[str, Any] = {}
@@ -293,14 +309,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
         if "device" in kwargs and isinstance(kwargs["device"], str) and valid_device(kwargs["device"]):
             kwargs["device"] = resolve_device(kwargs["device"], context.accelerator)
         if not kwarg_errors and not problems:
-            bound = inspect.signature(cls).bind(**kwargs)
-            bound.apply_defaults()  # validate_config sees every argument, defaults included
-            try:
-                cls.validate_config(dict(bound.arguments), context)
-            except ConfigErrors as many:
-                errors += many.errors
-            except ConfigError as error:
-                errors.append(error)
+            errors += stage_rule_errors(cls, kwargs, context)
         specs.append(StageSpec(group, target, cls, kwargs, (threads or {}).get(group)))
     if device_error:  # stages that take the top-level device repeat its error: say it once
         errors = [device_error] + [e for e in errors if not (e.key.endswith(".device") and e.value == device)]

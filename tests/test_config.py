@@ -74,6 +74,19 @@ def test_every_option_composes_and_binds(group, option, platform, tmp_path):
             validate(cfg)
 
 
+def test_validate_config_sees_every_argument_even_when_the_config_omits_one(tmp_path):
+    """Backends read bound arguments directly (no kwargs.get(key, default)): the validator applies defaults,
+    on the command line as in a server session.update."""
+    from s2s.server.pipelines import override_errors
+
+    cfg = compose_config(["stt=parakeet", "~stt.backend", "~stt.model"], tmp_path)
+    spec = next(spec for spec in validate(cfg) if spec.group == "stt")
+    assert "backend" not in spec.kwargs and "model" not in spec.kwargs
+    [error] = override_errors(cfg, spec, {"quantization": "int8", "model": "/nonexistent/parakeet"})
+    assert error.key == "stt.model" and "no such folder" in error.expected
+    assert override_errors(cfg, spec, {"language": "de"}) == []
+
+
 def test_device_auto_follows_the_platform(tmp_path):
     for platform, device in [("linux", "cpu"), ("linux_cuda", "cuda"), ("macos", "mps")]:
         specs = validate(compose_config([f"platform={platform}"], tmp_path))
