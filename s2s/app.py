@@ -31,7 +31,7 @@ EXIT_CONFIG = 2
 
 def describe_graph(cfg: DictConfig, specs: list[StageSpec]) -> str:
     """The graph a run would build: one line per stage with its target and identifying values."""
-    lines = [f"graph for platform={cfg.host.name} (device auto -> {cfg.host.accelerator}):"]
+    lines = [f"graph for platform={cfg.platform.name} (device auto -> {cfg.platform.accelerator}):"]
     width = max(len(spec.group) for spec in specs)
     for spec in specs:
         stage = spec.build()  # constructors are cheap by contract: no model, no heavy import

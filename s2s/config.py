@@ -221,6 +221,22 @@ def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationCo
     return errors
 
 
+def stage_rule_errors(cls: type[Stage], kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """What ``cls.validate_config`` says of ``kwargs`` (already checked by :func:`check_kwargs`).
+
+    It receives the bound arguments with the constructor's defaults applied, so it reads every key directly.
+    """
+    bound = inspect.signature(cls).bind(**kwargs)
+    bound.apply_defaults()
+    try:
+        cls.validate_config(dict(bound.arguments), context)
+    except ConfigErrors as many:
+        return list(many.errors)
+    except ConfigError as error:
+        return [error]
+    return []
+
+
 def _stage_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
     errors: list[ConfigError] = []
     kwargs: dict[str, Any] = {}
@@ -240,10 +256,10 @@ def _stage_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], li
 
 
 def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
-    host = cfg.host
-    unavailable = OmegaConf.to_container(host.get("unavailable") or DictConfig({}))
-    return ValidationContext(group=group, platform=str(host.name), os=str(host.os),
-                             accelerator=str(host.accelerator), unavailable=unavailable)
+    platform = cfg.platform
+    unavailable = OmegaConf.to_container(platform.get("unavailable") or DictConfig({}))
+    return ValidationContext(group=group, platform=str(platform.name), os=str(platform.os),
+                             accelerator=str(platform.accelerator), unavailable=unavailable)
 
 
 def validate(cfg: DictConfig) -> list[StageSpec]:
@@ -253,7 +269,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
     device_error: ConfigError | None = None
     if not isinstance(device, str) or not valid_device(device):
         device_error = ConfigError("device", device, f"one of {', '.join(DEVICES)} (or cuda:N)")
-    elif problem := device_unavailable(device, str(cfg.host.name), str(cfg.host.accelerator)):
+    elif problem := device_unavailable(device, str(cfg.platform.name), str(cfg.platform.accelerator)):
         device_error = ConfigError("device", device, problem)
     for key, annotation in TOP_LEVEL.items():
         value = OmegaConf.select(cfg, key)
@@ -294,14 +310,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
         if "device" in kwargs and isinstance(kwargs["device"], str) and valid_device(kwargs["device"]):
             kwargs["device"] = resolve_device(kwargs["device"], context.accelerator)
         if not kwarg_errors and not problems:
-            bound = inspect.signature(cls).bind(**kwargs)
-            bound.apply_defaults()  # validate_config sees every argument, defaults included
-            try:
-                cls.validate_config(dict(bound.arguments), context)
-            except ConfigErrors as many:
-                errors += many.errors
-            except ConfigError as error:
-                errors.append(error)
+            errors += stage_rule_errors(cls, kwargs, context)
         specs.append(StageSpec(group, target, cls, kwargs, (threads or {}).get(group)))
     if device_error:  # stages that take the top-level device repeat its error: say it once
         errors = [device_error] + [e for e in errors if not (e.key.endswith(".device") and e.value == device)]
@@ -313,7 +322,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
 
 
 def _check_neighbours(specs: list[StageSpec]) -> list[ConfigError]:
-    """Each stage must consume what the one before it emits (e.g. source=sentences needs bench=tts's pipeline)."""
+    """Each stage must consume what the one before it emits (source=sentences needs experiment=tts_benchmark)."""
     errors = []
     for before, after in zip(specs, specs[1:]):
         if before.cls.emits and after.cls.accepts and not any(

@@ -32,7 +32,7 @@ class ValidationContext:
     platform: str  # e.g. "linux", "macos"
     os: str  # linux | macos | windows
     accelerator: str  # cpu | cuda | mps
-    unavailable: Mapping[str, str] = field(default_factory=dict)  # runtime -> why it cannot run here (host config)
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # runtime -> why it cannot run here (platform config)
 
     def error(self, key: str, value: Any, expected: str | Iterable[Any]) -> ConfigError:
         return ConfigError(f"{self.group}.{key}", value, expected)

@@ -15,11 +15,15 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
 @dataclass(frozen=True)
-class Host:
-    """Facts about the machine this process runs on."""
+class Machine:
+    """Facts about the machine this process runs on; ``platform`` names the config that fits it.
+
+    The run's config can target another platform (``platform=macos`` previews a Mac): that target is
+    ``cfg.platform``, and only :func:`detect` looks at the machine itself.
+    """
 
     os: str  # linux | macos | windows
-    machine: str  # x86_64, arm64, ...
+    arch: str  # x86_64, arm64, ...
     cuda: bool
     mps: bool
 
@@ -46,11 +50,11 @@ def _has_nvidia_gpu() -> bool:
     return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
 
 
-def detect() -> Host:
+def detect() -> Machine:
     os_name = _os_name()
-    machine = _platform.machine().lower()
-    apple_silicon = os_name == "macos" and machine in ("arm64", "aarch64")
-    return Host(os=os_name, machine=machine, cuda=os_name != "macos" and _has_nvidia_gpu(), mps=apple_silicon)
+    arch = _platform.machine().lower()
+    apple_silicon = os_name == "macos" and arch in ("arm64", "aarch64")
+    return Machine(os=os_name, arch=arch, cuda=os_name != "macos" and _has_nvidia_gpu(), mps=apple_silicon)
 
 
 def resolve_device(requested: str, accelerator: str) -> str:
@@ -116,6 +120,6 @@ def reset_peak_memory() -> bool:
 
 def machine_info() -> dict[str, object]:
     """What a metrics file says about the machine it was measured on."""
-    host = detect()
-    return {"platform": host.platform, "system": _platform.system(), "machine": host.machine,
+    machine = detect()
+    return {"platform": machine.platform, "system": _platform.system(), "machine": machine.arch,
             "processor": _platform.processor(), "cpu_count": os.cpu_count(), "python": _platform.python_version()}

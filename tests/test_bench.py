@@ -36,16 +36,22 @@ def test_sentence_source_emits_one_turn_per_sentence():
                                      TurnEnd(1)]
 
 
-def test_bench_config_and_its_rules(tmp_path):
+def test_the_tts_benchmark_is_an_experiment_and_bench_only_the_package():
+    from s2s.cli import config_groups, group_options
+
+    assert group_options("experiment") == ["tts_benchmark"] and "bench" not in config_groups()
+
+
+def test_tts_benchmark_config_and_its_rules(tmp_path):
     for platform in PLATFORMS:
-        specs = validate(compose_config(["bench=tts", f"platform={platform}"], tmp_path))
+        specs = validate(compose_config(["experiment=tts_benchmark", f"platform={platform}"], tmp_path))
         assert [spec.group for spec in specs] == ["source", "tts", "sink"]
         assert specs[2].kwargs["references"] == specs[0].kwargs["sentences"]  # declared once, interpolated
         assert len(specs[0].kwargs["sentences"]) == 5
     with pytest.raises(ConfigErrors, match=r"source.sentences=\[\]: invalid; expected a non-empty list"):
-        validate(compose_config(["bench=tts", "source.sentences=[]"], tmp_path))
+        validate(compose_config(["experiment=tts_benchmark", "source.sentences=[]"], tmp_path))
     with pytest.raises(ConfigErrors, match=r"sink.references=\[\]: invalid; expected null or a non-empty list"):
-        validate(compose_config(["bench=tts", "sink.references=[]"], tmp_path))
+        validate(compose_config(["experiment=tts_benchmark", "sink.references=[]"], tmp_path))
 
 
 def test_roundtrip_sink_scores_real_speech_with_whisper(espeak, tmp_path):
@@ -77,9 +83,9 @@ def test_roundtrip_sink_scores_real_speech_with_whisper(espeak, tmp_path):
 
 
 def test_tts_benchmark_sweep_reports_wer(tmp_path):
-    """python run.py -m bench=tts over two voices: per-job WER, time to first audio, RTF and a WER column."""
+    """python run.py -m experiment=tts_benchmark over two voices: per-job WER, first audio, RTF and a WER column."""
     sweep = tmp_path / "sweep"
-    result = run_cli("-m", "bench=tts", "tts=kokoro_onnx", "tts.voice=jf_alpha,jm_kumo",
+    result = run_cli("-m", "experiment=tts_benchmark", "tts=kokoro_onnx", "tts.voice=jf_alpha,jm_kumo",
                      "source.sentences=[The quick brown fox jumps over the lazy dog.]",
                      f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

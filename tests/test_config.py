@@ -33,7 +33,7 @@ EXPECTED_FAILURES: dict[tuple[str, str, str], str] = {
 
 
 # Options that only fit another pipeline compose with what selects it.
-CONTEXT: dict[tuple[str, str], list[str]] = {("source", "sentences"): ["bench=tts"]}
+CONTEXT: dict[tuple[str, str], list[str]] = {("source", "sentences"): ["experiment=tts_benchmark"]}
 
 
 def options(group: str) -> list[str]:
@@ -42,6 +42,17 @@ def options(group: str) -> list[str]:
 
 def test_platform_configs_match_detection():
     assert sorted(p.stem for p in (CONF_DIR / "platform").glob("*.yaml")) == sorted(PLATFORMS)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_the_platform_is_one_name_from_the_command_line_to_the_config(platform, tmp_path):
+    """platform=<name> picks conf/platform/<name>.yaml, whose facts are cfg.platform (no second name for it)."""
+    from s2s.platform import detect
+
+    cfg = compose_config([f"platform={platform}"], tmp_path)
+    assert cfg.platform.name == platform and "host" not in cfg
+    assert cfg.platform.accelerator in ("cpu", "cuda", "mps") and cfg.platform.os in platform
+    assert detect().platform in PLATFORMS  # the machine's facts name the platform config that fits it
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
@@ -61,6 +72,19 @@ def test_every_option_composes_and_binds(group, option, platform, tmp_path):
     else:
         with pytest.raises(ConfigErrors, match=expected):
             validate(cfg)
+
+
+def test_validate_config_sees_every_argument_even_when_the_config_omits_one(tmp_path):
+    """Backends read bound arguments directly (no kwargs.get(key, default)): the validator applies defaults,
+    on the command line as in a server session.update."""
+    from s2s.server.pipelines import override_errors
+
+    cfg = compose_config(["stt=parakeet", "~stt.backend", "~stt.model"], tmp_path)
+    spec = next(spec for spec in validate(cfg) if spec.group == "stt")
+    assert "backend" not in spec.kwargs and "model" not in spec.kwargs
+    [error] = override_errors(cfg, spec, {"quantization": "int8", "model": "/nonexistent/parakeet"})
+    assert error.key == "stt.model" and "no such folder" in error.expected
+    assert override_errors(cfg, spec, {"language": "de"}) == []
 
 
 def test_device_auto_follows_the_platform(tmp_path):

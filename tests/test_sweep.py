@@ -54,7 +54,7 @@ def test_each_job_keeps_its_config_audio_transcript_and_metrics(basic_sweep):
     for job, voice in (("0", "jf_alpha"), ("1", "jm_kumo")):
         folder = basic_sweep / job
         config = yaml.safe_load((folder / ".hydra" / "config.yaml").read_text())
-        assert config["tts"]["voice"] == voice and config["host"]["name"] == PLATFORM
+        assert config["tts"]["voice"] == voice and config["platform"]["name"] == PLATFORM
         assert yaml.safe_load((folder / ".hydra" / "overrides.yaml").read_text())[-1] == f"platform={PLATFORM}"
         assert (folder / "reply.wav").stat().st_size > 10_000
         turn = json.loads((folder / "transcript.jsonl").read_text().splitlines()[0])
@@ -120,7 +120,7 @@ def test_joblib_sweep_runs_jobs_in_workers_and_reports_the_failed_one(question, 
         assert facts["launcher"] == "JoblibLauncher" and facts["pid"] != os.getpid()
         assert facts["threads"] == max(1, joblib.cpu_count() // 2)  # cores // n_jobs, reached the worker
         config = yaml.safe_load((sweep / job / ".hydra" / "config.yaml").read_text())
-        assert config["host"]["name"] == PLATFORM  # run.py's platform override reached the worker
+        assert config["platform"]["name"] == PLATFORM  # run.py's platform override reached the worker
     assert job_facts(sweep, "0")["torch_threads"] == max(1, joblib.cpu_count() // 2)  # Silero VAD loaded torch
 
 
@@ -143,8 +143,9 @@ def test_ray_sweep_on_a_local_instance(tmp_path):
     """Two jobs on a local Ray instance: one TTS-only run, one dry run; the summary is written by the driver."""
     sweep = tmp_path / "sweep"
     result = run_cli("-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.include_dashboard=false",
-                     "bench=tts", "sink=discard", "source.sentences=[Good morning.]", "dry_run=false,true",
-                     f"hydra.sweep.dir={sweep}", cwd=tmp_path, env={"RAY_AUTH_MODE": "disabled"}, timeout=300)
+                     "experiment=tts_benchmark", "sink=discard", "source.sentences=[Good morning.]",
+                     "dry_run=false,true", f"hydra.sweep.dir={sweep}", cwd=tmp_path, env={"RAY_AUTH_MODE": "disabled"},
+                     timeout=300)
     if result.returncode != 0 and not (sweep / "0").exists():
         pytest.skip(f"a local Ray instance cannot start here: {result.stderr.strip().splitlines()[-1:]}")
     assert result.returncode == 0, result.stderr[-3000:]

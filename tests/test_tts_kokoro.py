@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from spies import spy
 from tests.conftest import compose_config
 from tests.fixtures import kokoro as tiny
 
+TESTS = Path(__file__).parent  # a folder, but no Kokoro model
 ENGLISH_PHONEMES = "həlˈO wˈɜɹld."  # misaki (spaCy + lexicon) for "Hello world."
 BRITISH_PHONEMES = "həlˈQ wˈɜːld."
 SPANISH_PHONEMES = "ˈola, ¿kˈomo estˈas?"  # espeak-ng (espeakng-loader, offline) for "Hola, ¿cómo estás?"
@@ -150,11 +152,11 @@ def test_platform_defaults_and_describe():
 
 @pytest.mark.parametrize("overrides, fragment", [
     (["platform=macos_intel", "tts.backend=mlx"], "tts.backend=mlx: invalid; expected torch on platform macos_intel"),
-    (["platform=macos_intel", "tts.backend=mlx"], "tts.backend=mlx: invalid; expected torch on platform macos_intel"),
+    ([f"tts.model={TESTS}"], "expected a model folder with config.json and *.pth (it has no config.json or *.pth)"),
     (["tts.lang_code=x"], "tts.lang_code=x: invalid; expected one of a, b, e, f, h, i, j, p, z"),
     (["tts.voice=/nonexistent/v.pt"], "tts.voice=/nonexistent/v.pt: invalid; expected an existing voice file"),
     (["platform=macos", "tts.voice=/tmp/v.pt"], "expected a voice name or a .safetensors voice file"),
-    (["tts.model=/nonexistent/kokoro"], "expected a hub id or an existing folder with config.json and *.pth"),
+    (["tts.model=/nonexistent/kokoro"], "tts.model=/nonexistent/kokoro: invalid; expected an existing local model folder"),
     (["tts.model=someone/Kokoro-82M-mlx"], "expected a local folder or one of hexgrad/Kokoro-82M"),
     (["tts.speed=0"], "tts.speed=0: invalid; expected a number from 0.25 to 4"),
 ])

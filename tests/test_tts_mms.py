@@ -132,7 +132,7 @@ def test_language_map_matches_whisper_codes():
     (["tts.language=zz"], "tts.language=zz: invalid; expected a code with an MMS model: ar, az, bg"),
     (["tts.language=fr", "tts.model=facebook/mms-tts-fra", "tts.models={fr: /x}"],
      "tts.model=facebook/mms-tts-fra: invalid; expected null when models.fr is set"),
-    (["tts.models={fr: /no/such/mms}"], "tts.models.fr=/no/such/mms: invalid; expected an existing local folder"),
+    (["tts.models={fr: /no/such/mms}"], "tts.models.fr=/no/such/mms: invalid; expected an existing local model folder"),
     (["tts.speaking_rate=0"], "tts.speaking_rate=0: invalid; expected a number from 0.25 to 4"),
 ])
 def test_validation_names_key_value_and_what_is_valid(overrides, fragment):

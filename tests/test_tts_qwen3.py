@@ -6,8 +6,10 @@ mlx-audio itself (``mlx[cpu]``), including locally converted bf16/4/6/8-bit chec
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +20,8 @@ from s2s.config import validate
 from s2s.config_errors import ConfigError, ConfigErrors
 from s2s.messages import ReplyText
 from s2s.stage import MissingExtraError
-from s2s.tts.qwen3 import Qwen3TTS, language_name
+from s2s.tts import qwen3
+from s2s.tts.qwen3 import Qwen3TTS, Settings, language_name
 from spies import spy
 from tests.conftest import compose_config, run_cli
 from tests.fixtures import qwen3 as fixtures
@@ -146,6 +149,7 @@ def test_platforms_that_cannot_run_a_backend(tmp_path, option, platform, key, fr
     (["tts.backend=onnx"], "tts.backend", "ggml, torch, mlx"),
     (["tts=qwen3_mlx", "tts.model=/tmp", "tts.quantization=4bit"], "tts.quantization", "a local path"),
     (["tts.model=/tmp"], "tts.model", "gguf_talker_path"),
+    (["tts=qwen3_mlx", "tts.model=/nonexistent/qwen3"], "tts.model", "no such folder"),
     (["tts.gguf_talker_path=/tmp"], "tts.gguf_codec_path", "go together"),
     (["tts.gguf_talker_path=/nonexistent.gguf", "tts.gguf_codec_path=/tmp"], "tts.gguf_talker_path", "existing"),
     (["tts.language=xx"], "tts.language", "en (English)"),
@@ -183,8 +187,38 @@ def test_cloning_rules(tmp_path, reference_wav):
     errors = config_errors(tmp_path, "tts=qwen3_mlx", base, f"tts.ref_spk={reference_wav}")
     assert "for backend ggml" in errors["tts.ref_spk"]
     voice = tts_spec(tmp_path, "tts=qwen3_torch", base, ref, "tts.xvec_only=true", "tts.instruct=calm",
-                     platform="linux_cuda").build().voice
+                     platform="linux_cuda").build().settings.voice
     assert (voice.mode, voice.xvec_only, voice.instruct) == ("clone", True, "calm")
+
+
+def test_construction_resolves_settings_without_validating_again(monkeypatch):
+    """validate_config runs once, before loading; the constructor only resolves (it checks nothing)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("validation ran again at construction")
+
+    monkeypatch.setattr(Qwen3TTS, "validate_config", classmethod(refuse))
+    monkeypatch.setattr(qwen3, "check_backend", refuse)
+    monkeypatch.setattr(qwen3, "voice_errors", refuse)
+    stage = Qwen3TTS(backend="mlx", language="de", instruct="calm", ref_text="not checked here")
+    settings = stage.settings
+    assert isinstance(settings, Settings) and (settings.language, settings.quantization) == ("German", "6bit")
+    assert (settings.voice.mode, settings.voice.speaker, settings.voice.instruct) == ("custom_voice", "Aiden", "calm")
+    assert settings.mlx_repo == "mlx-community/Qwen3-TTS-12Hz-1.7B-CustomVoice-6bit"
+    with pytest.raises(AttributeError):
+        settings.model = "other"  # frozen: a runtime cannot change what the stage resolved
+
+
+def test_runtimes_depend_on_the_settings_only():
+    """No import loop: the runtimes import only qwen3.settings of the package, and load first without trouble."""
+    package = Path(qwen3.__file__).parent
+    for runtime in ("faster", "mlx"):
+        tree = ast.parse((package / f"{runtime}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert {name for name in imported if name.startswith("s2s.tts")} == {"s2s.tts.qwen3.settings"}, runtime
+        code = (f"import s2s.tts.qwen3.{runtime} as runtime, s2s.tts.qwen3 as stage; "
+                "assert stage.Qwen3TTS and runtime.__name__")
+        subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_language_aliases():
@@ -234,7 +268,7 @@ def test_ggml_local_gguf_voice_design_and_bad_speaker(tmp_path, native_ggml):
     talker.write_bytes(b"GGUF"), codec.write_bytes(b"GGUF")
     stage = tts_spec(tmp_path, "tts=qwen3_ggml", f"tts.gguf_talker_path={talker}", f"tts.gguf_codec_path={codec}",
                      "tts.instruct=A calm voice.", "tts.language=ja", "tts.max_new_tokens=4").build()
-    assert stage.voice.mode == "voice_design" and stage.describe()["quantization"] == "from the GGUF files"
+    assert stage.settings.voice.mode == "voice_design" and stage.describe()["quantization"] == "from the GGUF files"
     stage.setup()
     assert native_ggml.calls[0] == ("__init__", {"talker_path": str(talker), "codec_path": str(codec)})
     speak(stage, language="en")  # a fixed language wins over the turn's

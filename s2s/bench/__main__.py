@@ -4,7 +4,8 @@ python -m s2s.bench server --sessions N --seconds T: a bounded load on the realt
 
 python -m s2s.bench latency [FILES...] [key=value ...]: voice-to-voice from the end of speech, realtime-paced.
 
-The TTS benchmark is a config group instead, so it sweeps like everything else: python run.py -m bench=tts tts=...
+The TTS benchmark is a config option instead (conf/experiment/), so it sweeps like everything else:
+python run.py -m experiment=tts_benchmark tts=...
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A fixed list of sentences as reply text: feeds a TTS directly (``bench=tts``), no microphone or LLM needed."""
+"""Fixed sentences as reply text: they feed a TTS directly (``experiment=tts_benchmark``), no microphone or LLM."""
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any
 
 from s2s.config_errors import ConfigError, Range, ValidationContext
 from s2s.llm.base import LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
+from s2s.models import loadable, model_folder_error
 from s2s.stage import Stage, require
-from s2s.stt.whisper import check_model_folder, looks_like_path
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +48,14 @@ class MLXLM(TemplateTools, LLMStage, Stage):
         if "mlx" in context.unavailable:
             raise ConfigError(context.group, "mlx_lm", f"another option on platform {context.platform} "
                                                        f"({context.unavailable['mlx']}), e.g. llm=transformers")
-        check_model_folder(kwargs, context, "mlx-community/Qwen2.5-0.5B-Instruct-4bit")
+        if error := model_folder_error(kwargs["model"], context, "mlx-community/Qwen2.5-0.5B-Instruct-4bit"):
+            raise error
         check_module(kwargs["tools"], f"{context.group}.tools")
 
     def setup(self) -> None:
         mlx_lm = require("mlx_lm", backend="llm=mlx_lm", extra="mlx")
         self._load_tools()
-        path = str(Path(self.model_name).expanduser()) if looks_like_path(self.model_name) else self.model_name
-        self._model, self._tokenizer = mlx_lm.load(path)
+        self._model, self._tokenizer = mlx_lm.load(loadable(self.model_name))
 
     def warm_up(self) -> None:
         for _ in zip(range(2), self.stream([{"role": "user", "content": "Hi"}])):

@@ -14,8 +14,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from s2s.config import StageSpec, check_kwargs, validation_context
-from s2s.config_errors import ConfigError, ConfigErrors
+from s2s.config import StageSpec, check_kwargs, stage_rule_errors, validation_context
+from s2s.config_errors import ConfigError
 from s2s.graph import set_up
 from s2s.llm.base import LLMStage
 from s2s.messages import AudioChunk, ReplyAudio, Transcript
@@ -44,15 +44,7 @@ def override_errors(cfg: Any, spec: StageSpec, overrides: dict[str, Any]) -> lis
     """What the stage's own validation says about ``spec`` with ``overrides`` (the client's session.update)."""
     kwargs = {**spec.kwargs, **overrides}
     context = validation_context(cfg, spec.group)
-    errors = check_kwargs(spec.cls, kwargs, context)
-    if not errors:
-        try:
-            spec.cls.validate_config(kwargs, context)
-        except ConfigErrors as many:
-            errors = list(many.errors)
-        except ConfigError as error:
-            errors = [error]
-    return errors
+    return check_kwargs(spec.cls, kwargs, context) or stage_rule_errors(spec.cls, kwargs, context)
 
 
 @dataclass

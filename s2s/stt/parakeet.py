@@ -3,15 +3,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from s2s import audio
-from s2s.config_errors import ConfigError, OneOf, ValidationContext
+from s2s.config_errors import OneOf, ValidationContext
 from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.models import local_path, model_folder_error
 from s2s.stage import Stage, require
 from s2s.stt.languages import WHISPER_LANGUAGES
-from s2s.stt.whisper import check_model_folder, looks_like_path
 
 log = logging.getLogger(__name__)
 RATE = 16000
@@ -20,7 +19,7 @@ MODELS = {
     "parakeet-tdt-0.6b-v2": {"onnx": "nemo-parakeet-tdt-0.6b-v2", "mlx": "mlx-community/parakeet-tdt-0.6b-v2"},
     "parakeet-tdt-0.6b-v3": {"onnx": "nemo-parakeet-tdt-0.6b-v3", "mlx": "mlx-community/parakeet-tdt-0.6b-v3"},
 }
-RUNTIME = {"onnx": "onnxruntime", "mlx": "mlx"}  # the runtime each backend needs (platform configs: host.unavailable)
+RUNTIME = {"onnx": "onnxruntime", "mlx": "mlx"}  # the runtime each backend needs (platform.unavailable)
 
 
 class ParakeetSTT(Stage):
@@ -54,17 +53,17 @@ class ParakeetSTT(Stage):
         if RUNTIME[backend] in context.unavailable:
             others = ", ".join(name for name, runtime in RUNTIME.items() if runtime not in context.unavailable)
             why = context.unavailable[RUNTIME[backend]]
-            raise ConfigError(f"{context.group}.backend", backend, f"one of {others} on platform {context.platform} "
-                                                                   f"({why})")
-        if backend == "mlx" and kwargs.get("quantization") is not None:
-            raise ConfigError(f"{context.group}.quantization", kwargs["quantization"],
-                              "null with backend=mlx (quantized MLX checkpoints are separate repos: set stt.model)")
-        check_model_folder(kwargs, context, "parakeet-tdt-0.6b-v3")
+            raise context.error("backend", backend, f"one of {others} on platform {context.platform} ({why})")
+        if backend == "mlx" and kwargs["quantization"] is not None:
+            raise context.error("quantization", kwargs["quantization"],
+                                "null with backend=mlx (quantized MLX checkpoints are separate repos: set stt.model)")
+        if error := model_folder_error(kwargs["model"], context, "parakeet-tdt-0.6b-v3"):
+            raise error
 
     def _source(self) -> tuple[str, bool]:
         """What the backend loads, and whether it is a local folder."""
-        if looks_like_path(self.model_name):
-            return str(Path(self.model_name).expanduser()), True
+        if (path := local_path(self.model_name)) is not None:
+            return str(path), True
         return MODELS.get(self.model_name, {}).get(self.backend, self.model_name), False
 
     def setup(self) -> None:

@@ -3,28 +3,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from s2s import audio, torch_support
 from s2s.config_errors import OneOf, Range, ValidationContext
 from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.models import loadable, model_folder_error
 from s2s.stage import Stage, require
 from s2s.stt.languages import WHISPER_LANGUAGES
 
 log = logging.getLogger(__name__)
-
-
-def looks_like_path(model: str) -> bool:
-    """A local folder is named by a path (``/``, ``./``, ``~``, ``C:\\``); a hub id is ``org/name``."""
-    return model.startswith(("/", ".", "~", "\\")) or (len(model) > 1 and model[1] == ":") or model.count("/") > 1
-
-
-def check_model_folder(kwargs: dict[str, Any], context: ValidationContext, example: str) -> None:
-    model = kwargs.get("model")
-    if isinstance(model, str) and looks_like_path(model) and not Path(model).expanduser().is_dir():
-        raise context.error("model", model, f"an existing local model folder or a hub id such as {example} "
-                                            "(no such folder)")
 
 
 class WhisperSTT(Stage):
@@ -59,12 +47,13 @@ class WhisperSTT(Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        check_model_folder(kwargs, context, "openai/whisper-small")
+        if error := model_folder_error(kwargs["model"], context, "openai/whisper-small"):
+            raise error
 
     def setup(self) -> None:
         torch_support.repair_torchaudio()
         transformers = require("transformers", backend="stt=whisper", extra=None)
-        path = str(Path(self.model_name).expanduser()) if looks_like_path(self.model_name) else self.model_name
+        path = loadable(self.model_name)
         dtype = torch_support.torch_dtype("float16" if self.dtype == "auto" and self.device != "cpu" else self.dtype,
                                           self.device)
         self._processor = transformers.AutoProcessor.from_pretrained(path)

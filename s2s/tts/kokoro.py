@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from s2s import torch_support
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
+from s2s.models import local_path, model_folder_error
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 from s2s.tts.g2p import packaged_spacy_model
@@ -34,18 +35,9 @@ VOICE_SUFFIX = {"torch": ".pt", "mlx": ".safetensors"}
 LangCode = Literal["a", "b", "e", "f", "h", "i", "j", "p", "z"]
 
 
-def local_model(model: str) -> Path | None:
-    """The folder ``model`` names, or None for a hub id (``owner/name`` that is not an existing path)."""
-    path = Path(model).expanduser()
-    if path.exists():
-        return path
-    looks_like_path = model.startswith((".", "/", "~")) or "\\" in model or model.count("/") != 1
-    return path if looks_like_path else None
-
-
-def mlx_model_id(model: str) -> str:
+def mlx_conversion(model: str) -> str:
     """``hexgrad/Kokoro-82M`` -> its mlx-community conversion; local folders and other ids pass through."""
-    return model if local_model(model) else MLX_MODELS.get(model, model)
+    return model if local_path(model) else MLX_MODELS.get(model, model)
 
 
 def is_voice_file(voice: str) -> bool:
@@ -107,12 +99,10 @@ class KokoroTTS(TTSStage):
                                                             f"(the format of backend={backend})"))
             elif not Path(voice).expanduser().is_file():
                 errors.append(context.error("voice", voice, "an existing voice file (no such file)"))
-        folder = local_model(model)
-        if folder is not None:
-            wanted = "*.pth" if backend == "torch" else "*.safetensors"
-            if not (folder / "config.json").is_file() or not any(folder.glob(wanted)):
-                errors.append(context.error("model", model, f"a hub id or an existing folder with config.json and "
-                                                            f"{wanted} weights (backend={backend})"))
+        if local_path(model) is not None:
+            weights = "*.pth" if backend == "torch" else "*.safetensors"  # the layout each backend loads
+            if error := model_folder_error(model, context, DEFAULT_MODEL, needs=("config.json", weights)):
+                errors.append(error)
         elif backend == "torch" and model not in TORCH_MODELS:
             errors.append(context.error("model", model, f"a local folder or one of {', '.join(TORCH_MODELS)}"))
         if errors:
@@ -129,7 +119,7 @@ class KokoroTTS(TTSStage):
     def _load_torch(self) -> None:
         kokoro = require("kokoro", backend="tts=kokoro", extra="kokoro")
         self.device = torch_support.usable_device(self.device)
-        folder = local_model(self.model)
+        folder = local_path(self.model)
         config = weights = None
         if folder is not None:
             config, weights = str(folder / "config.json"), str(torch_weights(folder))
@@ -143,10 +133,10 @@ class KokoroTTS(TTSStage):
         utils = require("mlx_audio.tts.utils", backend="tts=kokoro (backend mlx)", extra="mlx")
         if self.device != "mps":
             mx.set_default_device(mx.cpu)
-        model_id = mlx_model_id(self.model)
+        model_id = mlx_conversion(self.model)
         self._model = utils.load_model(model_id)
         # Voice names resolve in the model's own voices/ folder first, then download from this repo.
-        self._repo_id = MLX_MODELS[DEFAULT_MODEL] if local_model(self.model) else model_id
+        self._repo_id = MLX_MODELS[DEFAULT_MODEL] if local_path(self.model) else model_id
 
     def _pipeline(self, lang_code: str) -> Any:
         """The G2P + model pipeline of ``lang_code``, built once."""
@@ -184,7 +174,7 @@ class KokoroTTS(TTSStage):
 
     def _voice_source(self, voice: str) -> str:
         """A torch voice name found in a local model's ``voices/`` folder becomes that file (no download)."""
-        folder = local_model(self.model)
+        folder = local_path(self.model)
         if self.backend == "mlx" or folder is None:
             return voice
         parts = [str(folder / "voices" / f"{name}.pt") if not is_voice_file(name)
@@ -216,7 +206,7 @@ class KokoroTTS(TTSStage):
     def describe(self) -> dict[str, Any]:
         if self.backend == "mlx":
             device = "mlx default (Metal on Apple silicon)" if self.device == "mps" else "cpu (mlx)"
-            return {"backend": "mlx", "model": mlx_model_id(self.model), "voice": self.voice,
+            return {"backend": "mlx", "model": mlx_conversion(self.model), "voice": self.voice,
                     "lang_code": self.lang_code, "speed": self.speed, "device": device}
         return {"backend": "torch", "model": self.model, "voice": self.voice, "lang_code": self.lang_code,
                 "speed": self.speed, "device": self.device}

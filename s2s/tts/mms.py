@@ -4,11 +4,11 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any
 
 from s2s import torch_support
 from s2s.config_errors import ConfigErrors, Range, ValidationContext
+from s2s.models import loadable, model_folder_error
 from s2s.stage import require
 from s2s.text import SentenceSplitter
 from s2s.tts.base import TTSStage
@@ -47,10 +47,6 @@ def split_for_speech(text: str) -> list[str]:
         if current:
             pieces.append(current)
     return pieces
-
-
-def _looks_local(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or Path(name).is_absolute()
 
 
 class MmsTTS(TTSStage):
@@ -95,13 +91,10 @@ class MmsTTS(TTSStage):
         for code, name in models.items():
             if not isinstance(name, str) or not name:
                 errors.append(context.error(f"models.{code}", name, "a local folder or a hub id"))
-            elif _looks_local(name) and not Path(name).expanduser().exists():
-                errors.append(context.error(f"models.{code}", name, "an existing local folder "
-                                            "(no such directory), or a hub id such as facebook/mms-tts-fra"))
-        model = kwargs["model"]
-        if isinstance(model, str) and _looks_local(model) and not Path(model).expanduser().exists():
-            errors.append(context.error("model", model, "an existing local folder (no such directory), "
-                                        "or a hub id such as facebook/mms-tts-eng"))
+            elif error := model_folder_error(name, context, "facebook/mms-tts-fra", key=f"models.{code}"):
+                errors.append(error)
+        if error := model_folder_error(kwargs["model"], context, "facebook/mms-tts-eng"):
+            errors.append(error)
         if errors:
             raise ConfigErrors(errors)
 
@@ -118,7 +111,7 @@ class MmsTTS(TTSStage):
     def _load(self, name: str) -> tuple[Any, Any]:
         if name not in self._loaded:
             transformers = require("transformers", backend="tts=mms", extra="mms")
-            path = str(Path(name).expanduser()) if _looks_local(name) else name
+            path = loadable(name)
             log.info("MMS-TTS: loading %s", path)
             overrides = {key: value for key, value in (("speaking_rate", self.speaking_rate),
                                                        ("noise_scale", self.noise_scale)) if value is not None}

@@ -64,8 +64,7 @@ class PocketTTS(TTSStage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        args = kwargs
-        voice, model = args["voice"], args["model"]
+        voice, model = kwargs["voice"], kwargs["model"]
         errors: list[ConfigError] = []
         if voice in PRESET_VOICES:
             if model is not None:
@@ -75,14 +74,12 @@ class PocketTTS(TTSStage):
             errors.append(context.error("voice", voice, f"a preset voice ({', '.join(PRESET_VOICES)}) or an existing "
                                                         f"reference audio file to clone"))
         languages = packaged_languages()
-        if model is None and languages is not None and args["language"] not in languages:
-            errors.append(context.error("language", args["language"], languages))
+        if model is None and languages is not None and kwargs["language"] not in languages:
+            errors.append(context.error("language", kwargs["language"], languages))
         if model is not None and not model.startswith(("hf://", "http://", "https://")):
             if not model.endswith((".yaml", ".yml")) or not Path(model).expanduser().is_file():
                 errors.append(context.error("model", model, "null, an hf:// or https:// config, or an existing "
                                                             "pocket-tts YAML config file"))
-        if args["max_tokens"] < 1:
-            errors.append(context.error("max_tokens", args["max_tokens"], "a positive integer"))
         if errors:
             raise ConfigErrors(errors)
 

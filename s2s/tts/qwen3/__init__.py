@@ -11,26 +11,28 @@ VoiceDesign model.
 """
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from s2s.config import MUST_EXIST
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
+from s2s.models import model_folder_error
 from s2s.tts.base import TTSStage
+from s2s.tts.qwen3.faster import FasterQwen3
+from s2s.tts.qwen3.mlx import MLXQwen3
+from s2s.tts.qwen3.settings import (
+    DEFAULT_MODEL,
+    LANGUAGES,
+    QUANTIZATIONS,
+    Settings,
+    language_name,
+    mlx_quantized_repo,
+    model_kind,
+)
 
-DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
-DEFAULT_SPEAKER = "Aiden"
-QUANTIZATIONS = {"ggml": ("BF16", "Q8_0", "Q4_K_M", "F32"), "mlx": ("bf16", "4bit", "6bit", "8bit")}
-DEFAULT_QUANTIZATION = {"ggml": "BF16", "mlx": "6bit"}
 # the Hub models qwentts-cpp-python maps to published GGUF files (other models need gguf_*_path)
 GGML_MODELS = tuple(f"Qwen/Qwen3-TTS-12Hz-{name}" for name in (
     "0.6B-Base", "0.6B-CustomVoice", "1.7B-Base", "1.7B-CustomVoice", "1.7B-VoiceDesign"))
-LANGUAGES = {"en": "English", "zh": "Chinese", "ja": "Japanese", "de": "German", "fr": "French",
-             "es": "Spanish", "it": "Italian", "pt": "Portuguese", "ru": "Russian", "ko": "Korean"}
 GGML_ONLY = ("gguf_talker_path", "gguf_codec_path", "ref_cache_dir", "ref_spk", "ref_rvq")
 TORCH_ONLY = ("dtype", "attn_implementation")
 
@@ -38,65 +40,8 @@ TORCH_ONLY = ("dtype", "attn_implementation")
 RUNTIME = {"ggml": "qwentts_cpp", "torch": "cuda_graphs", "mlx": "mlx"}
 
 
-@dataclass(frozen=True)
-class Voice:
-    """The voice mode a config selects, with the values that mode uses."""
-
-    mode: Literal["clone", "custom_voice", "voice_design"]
-    speaker: str | None = None
-    instruct: str | None = None
-    ref_audio: str | None = None
-    ref_text: str | None = None
-    xvec_only: bool = False
-    ref_spk: str | None = None
-    ref_rvq: str | None = None
-
-    def __str__(self) -> str:
-        if self.mode == "custom_voice":
-            return f"speaker {self.speaker}" + (" + instruct" if self.instruct else "")
-        if self.mode == "voice_design":
-            return "designed by instruct"
-        source = "ref_audio" if self.ref_audio else "ref_spk" + ("+ref_rvq" if self.ref_rvq else "")
-        return f"clone of {source}" + (" (x-vector only)" if self.xvec_only else "")
-
-
-def model_kind(model: str, gguf_talker_path: str | None = None) -> str | None:
-    """``base``, ``custom_voice`` or ``voice_design`` from a local config.json or the model/GGUF name, else None."""
-    config = Path(model).expanduser() / "config.json"
-    if config.is_file():
-        try:
-            return json.loads(config.read_text()).get("tts_model_type")
-        except (OSError, ValueError):
-            return None
-    name = Path(gguf_talker_path).name if gguf_talker_path else model
-    for pattern, kind in ((r"custom_?voice", "custom_voice"), (r"voice_?design", "voice_design"),
-                          (r"(^|[-_/])base([-_.]|$)", "base")):
-        if re.search(pattern, name, re.IGNORECASE):
-            return kind
-    return None
-
-
-def language_name(value: str | None) -> str | None:
-    """``en``/``EN``/``english`` -> ``English``; ``auto`` -> ``Auto``; None for anything the model does not speak."""
-    if not value:
-        return None
-    value = value.strip().lower()
-    if value == "auto":
-        return "Auto"
-    if value.split("-")[0].split("_")[0] in LANGUAGES:
-        return LANGUAGES[value.split("-")[0].split("_")[0]]
-    return next((name for name in LANGUAGES.values() if name.lower() == value), None)
-
-
-def mlx_model_id(model: str, quantization: str | None) -> str:
-    """``Qwen/<name>`` -> ``mlx-community/<name>-<quantization>``; local paths and other ids pass through."""
-    if model.startswith("Qwen/") and not Path(model).expanduser().exists():
-        return f"mlx-community/{model.split('/', 1)[1]}-{quantization or DEFAULT_QUANTIZATION['mlx']}"
-    return model
-
-
-def select_voice(args: dict[str, Any], context: ValidationContext) -> tuple[Voice | None, list[ConfigError]]:
-    """Pick the voice mode from the keys (clone, then custom voice, then voice design) and check its rules."""
+def voice_errors(args: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """The rules of the voice mode the keys select (clone, then custom voice, then voice design)."""
     errors: list[ConfigError] = []
 
     def error(key: str, expected: str) -> None:
@@ -124,26 +69,20 @@ def select_voice(args: dict[str, Any], context: ValidationContext) -> tuple[Voic
         if instruct and args["backend"] != "torch":
             error("instruct", f"null when cloning with backend={args['backend']} (only backend torch styles "
                               f"a cloned voice)")
-        voice = Voice("clone", instruct=instruct, ref_audio=ref_audio, ref_text=ref_text, xvec_only=xvec_only,
-                      ref_spk=ref_spk, ref_rvq=ref_rvq)
-    else:
-        if ref_text:
-            error("ref_text", "null without ref_audio or ref_rvq (it is their transcript)")
-        if xvec_only:
-            error("xvec_only", "false without ref_audio (it selects x-vector-only cloning)")
-        if kind == "base":
-            errors.append(context.error("ref_audio", None, f"a reference voice: {args['model']} is a Base model "
-                                        "with no preset voice (set ref_audio + ref_text, or ref_spk on ggml)"))
-            return None, errors
-        if kind == "voice_design" or (kind is None and not speaker and instruct):
-            if speaker:
-                error("speaker", "null with a VoiceDesign model (its voice comes from instruct)")
-            if not instruct:
-                error("instruct", "a voice description: a VoiceDesign model makes its voice from it")
-            voice = Voice("voice_design", instruct=instruct)
-        else:
-            voice = Voice("custom_voice", speaker=speaker or DEFAULT_SPEAKER, instruct=instruct)
-    return (None if errors else voice), errors
+        return errors
+    if ref_text:
+        error("ref_text", "null without ref_audio or ref_rvq (it is their transcript)")
+    if xvec_only:
+        error("xvec_only", "false without ref_audio (it selects x-vector-only cloning)")
+    if kind == "base":
+        errors.append(context.error("ref_audio", None, f"a reference voice: {args['model']} is a Base model "
+                                    "with no preset voice (set ref_audio + ref_text, or ref_spk on ggml)"))
+    elif kind == "voice_design" or (kind is None and not speaker and instruct):
+        if speaker:
+            error("speaker", "null with a VoiceDesign model (its voice comes from instruct)")
+        if not instruct:
+            error("instruct", "a voice description: a VoiceDesign model makes its voice from it")
+    return errors
 
 
 def check_backend(args: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
@@ -174,7 +113,7 @@ def check_backend(args: dict[str, Any], context: ValidationContext) -> list[Conf
                                         f"{', '.join(QUANTIZATIONS[backend])} with backend={backend}"))
         elif backend == "ggml" and args["gguf_talker_path"]:
             errors.append(context.error("quantization", quantization, "null with gguf_*_path (the GGUF files fix it)"))
-        elif backend == "mlx" and mlx_model_id(args["model"], quantization) == args["model"]:
+        elif backend == "mlx" and mlx_quantized_repo(args["model"], quantization) == args["model"]:
             errors.append(context.error("quantization", quantization, "null unless model is a Qwen/<name> id "
                                         "(a local path or mlx-community id fixes its own quantization)"))
     if backend == "ggml":
@@ -185,6 +124,8 @@ def check_backend(args: dict[str, Any], context: ValidationContext) -> list[Conf
         elif not args["gguf_talker_path"] and args["model"] not in GGML_MODELS:
             errors.append(context.error("model", args["model"], f"one of {', '.join(GGML_MODELS)} with backend "
                                         "ggml (or local files via gguf_talker_path + gguf_codec_path)"))
+    elif error := model_folder_error(args["model"], context, DEFAULT_MODEL):
+        errors.append(error)
     return errors
 
 
@@ -224,45 +165,35 @@ class Qwen3TTS(TTSStage):
                  gguf_codec_path: Annotated[str | None, MUST_EXIST] = None, ref_cache_dir: str | None = None,
                  dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = None,
                  attn_implementation: Literal["eager", "sdpa", "flash_attention_2"] | None = None) -> None:
-        self.args = {name: value for name, value in locals().items() if name not in ("self", "__class__")}
-        self.model, self.backend, self.device = model, backend, device
-        self.language = language_name(language) or "Auto"
-        self.quantization = quantization or DEFAULT_QUANTIZATION.get(backend)
-        context = ValidationContext("tts", "", "", "")
-        voice, errors = select_voice(self.args, context)
-        if errors:
-            raise ConfigErrors(errors)
-        self.voice: Voice = voice  # type: ignore[assignment]
-        self._runtime: Any = None
+        # validated before construction (validate_config): here the arguments are only resolved
+        self.settings = Settings.from_args({name: value for name, value in locals().items()
+                                            if name not in ("self", "__class__")})
+        self._runtime: FasterQwen3 | MLXQwen3 | None = None
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        args = dict(kwargs)
-        errors = check_backend(args, context)
-        if language_name(args["language"]) is None:
-            errors.append(context.error("language", args["language"], "auto or one of " + ", ".join(
+        errors = check_backend(kwargs, context)
+        if language_name(kwargs["language"]) is None:
+            errors.append(context.error("language", kwargs["language"], "auto or one of " + ", ".join(
                 f"{code} ({name})" for code, name in LANGUAGES.items())))
-        errors += select_voice(args, context)[1]
+        errors += voice_errors(kwargs, context)
         if errors:
             raise ConfigErrors(errors)
 
     def setup(self) -> None:
-        if self.backend == "mlx":
-            from s2s.tts.qwen3_mlx import MLXQwen3
-
-            self._runtime = MLXQwen3.load(self)
-        else:
-            from s2s.tts.qwen3_faster import FasterQwen3
-
-            self._runtime = FasterQwen3.load(self)
-        self.sample_rate = self._runtime.sample_rate
-        speakers = self._runtime.speakers()
-        if self.voice.speaker and speakers and self.voice.speaker.lower() not in speakers:
-            raise ConfigError("tts.speaker", self.voice.speaker, f"a voice of {self.model}: {', '.join(speakers)}")
+        settings = self.settings
+        runtime = (MLXQwen3 if settings.backend == "mlx" else FasterQwen3).load(settings)
+        self._runtime = runtime
+        self.sample_rate = int(runtime.model.sample_rate)  # 24000 for every published model
+        speakers = runtime.speakers()
+        speaker = settings.voice.speaker
+        if speaker and speakers and speaker.lower() not in speakers:
+            raise ConfigError("tts.speaker", speaker, f"a voice of {settings.model}: {', '.join(speakers)}")
 
     def synthesize(self, text: str, language: str | None) -> Iterator[Any]:
-        if self.language != "Auto":
-            turn_language = self.language
+        assert self._runtime is not None, "setup() first"
+        if self.settings.language != "Auto":
+            turn_language = self.settings.language
         else:  # the STT's code for this turn, when the model speaks it
             turn_language = language_name(language) or "Auto"
         return self._runtime.stream(text, turn_language)
@@ -271,17 +202,18 @@ class Qwen3TTS(TTSStage):
         self._runtime = None
 
     def describe(self) -> dict[str, Any]:
-        details: dict[str, Any] = {"backend": self.backend}
-        if self.backend == "mlx":
-            details["model"] = mlx_model_id(self.model, self.quantization)
-            details["device"] = "cpu" if self.device == "cpu" else "mlx default (Metal on Apple silicon)"
-        elif self.backend == "ggml":
-            gguf = self.args["gguf_talker_path"]
-            details["model"] = f"{gguf} + {self.args['gguf_codec_path']}" if gguf else self.model
-            details["quantization"] = "from the GGUF files" if gguf else self.quantization
+        settings = self.settings
+        details: dict[str, Any] = {"backend": settings.backend}
+        if settings.backend == "mlx":
+            details["model"] = settings.mlx_repo
+            details["device"] = "cpu" if settings.device == "cpu" else "mlx default (Metal on Apple silicon)"
+        elif settings.backend == "ggml":
+            gguf = settings.gguf_talker_path
+            details["model"] = f"{gguf} + {settings.gguf_codec_path}" if gguf else settings.model
+            details["quantization"] = "from the GGUF files" if gguf else settings.quantization
             details["device"] = "ggml picks (the GPU in CUDA/Metal builds)"
         else:
-            details.update(model=self.model, dtype=self.args["dtype"] or "auto",
-                           attn_implementation=self.args["attn_implementation"] or "sdpa")
-        details.update(voice=str(self.voice), language=self.language)
+            details.update(model=settings.model, dtype=settings.dtype or "auto",
+                           attn_implementation=settings.attn_implementation or "sdpa")
+        details.update(voice=str(settings.voice), language=settings.language)
         return details

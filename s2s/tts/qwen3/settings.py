@@ -1,0 +1,142 @@
+"""What a Qwen3-TTS runtime is given: the resolved settings of one stage, its voice, and the pure helpers.
+
+The runtimes (``faster``, ``mlx``) import only this module; the stage (``s2s.tts.qwen3``) builds a
+:class:`Settings` from its validated arguments and hands it to the runtime it loads.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from s2s.models import local_path
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+DEFAULT_SPEAKER = "Aiden"
+QUANTIZATIONS = {"ggml": ("BF16", "Q8_0", "Q4_K_M", "F32"), "mlx": ("bf16", "4bit", "6bit", "8bit")}
+DEFAULT_QUANTIZATION = {"ggml": "BF16", "mlx": "6bit"}
+LANGUAGES = {"en": "English", "zh": "Chinese", "ja": "Japanese", "de": "German", "fr": "French",
+             "es": "Spanish", "it": "Italian", "pt": "Portuguese", "ru": "Russian", "ko": "Korean"}
+
+Backend = Literal["ggml", "torch", "mlx"]
+
+
+@dataclass(frozen=True)
+class Voice:
+    """The voice mode a config selects, with the values that mode uses."""
+
+    mode: Literal["clone", "custom_voice", "voice_design"]
+    speaker: str | None = None
+    instruct: str | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    xvec_only: bool = False
+    ref_spk: str | None = None
+    ref_rvq: str | None = None
+
+    def __str__(self) -> str:
+        if self.mode == "custom_voice":
+            return f"speaker {self.speaker}" + (" + instruct" if self.instruct else "")
+        if self.mode == "voice_design":
+            return "designed by instruct"
+        source = "ref_audio" if self.ref_audio else "ref_spk" + ("+ref_rvq" if self.ref_rvq else "")
+        return f"clone of {source}" + (" (x-vector only)" if self.xvec_only else "")
+
+
+def model_kind(model: str, gguf_talker_path: str | None = None) -> str | None:
+    """``base``, ``custom_voice`` or ``voice_design`` from a local config.json or the model/GGUF name, else None."""
+    folder = local_path(model)
+    if folder is not None and (config := folder / "config.json").is_file():
+        try:
+            return json.loads(config.read_text()).get("tts_model_type")
+        except (OSError, ValueError):
+            return None
+    name = Path(gguf_talker_path).name if gguf_talker_path else model
+    for pattern, kind in ((r"custom_?voice", "custom_voice"), (r"voice_?design", "voice_design"),
+                          (r"(^|[-_/])base([-_.]|$)", "base")):
+        if re.search(pattern, name, re.IGNORECASE):
+            return kind
+    return None
+
+
+def language_name(value: str | None) -> str | None:
+    """``en``/``EN``/``english`` -> ``English``; ``auto`` -> ``Auto``; None for anything the model does not speak."""
+    if not value:
+        return None
+    value = value.strip().lower()
+    if value == "auto":
+        return "Auto"
+    if value.split("-")[0].split("_")[0] in LANGUAGES:
+        return LANGUAGES[value.split("-")[0].split("_")[0]]
+    return next((name for name in LANGUAGES.values() if name.lower() == value), None)
+
+
+def mlx_quantized_repo(model: str, quantization: str | None) -> str:
+    """``Qwen/<name>`` -> ``mlx-community/<name>-<quantization>``; local paths and other ids pass through."""
+    if model.startswith("Qwen/") and local_path(model) is None:
+        return f"mlx-community/{model.split('/', 1)[1]}-{quantization or DEFAULT_QUANTIZATION['mlx']}"
+    return model
+
+
+def voice_of(args: dict[str, Any]) -> Voice:
+    """The voice mode the keys select: a clone (any reference), else voice design, else a preset speaker.
+
+    It only reads the keys; whether they fit the model and each other is the validator's business.
+    """
+    if args["ref_audio"] or args["ref_spk"] or args["ref_rvq"]:
+        return Voice("clone", instruct=args["instruct"], ref_audio=args["ref_audio"], ref_text=args["ref_text"],
+                     xvec_only=args["xvec_only"], ref_spk=args["ref_spk"], ref_rvq=args["ref_rvq"])
+    kind = model_kind(args["model"], args["gguf_talker_path"] if args["backend"] == "ggml" else None)
+    if kind == "voice_design" or (kind is None and not args["speaker"] and args["instruct"]):
+        return Voice("voice_design", instruct=args["instruct"])
+    return Voice("custom_voice", speaker=args["speaker"] or DEFAULT_SPEAKER, instruct=args["instruct"])
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One stage's settings, resolved: defaults filled in, the language named, the voice mode chosen.
+
+    Args:
+        model: Hub id or local folder, as configured.
+        backend: ggml, torch or mlx.
+        device: the resolved device (torch needs CUDA; ``cpu`` keeps mlx on the CPU).
+        language: the fixed language name, or ``Auto`` (the STT's language per turn).
+        voice: the voice mode and its values.
+        streaming_chunk_size: codec steps per streamed block.
+        max_new_tokens: cap on codec steps per reply.
+        quantization: the quantization the backend loads (its default when not configured; None for torch).
+        gguf_talker_path, gguf_codec_path, ref_cache_dir: ggml only.
+        dtype, attn_implementation: torch only.
+    """
+
+    model: str
+    backend: Backend
+    device: str
+    language: str
+    voice: Voice
+    streaming_chunk_size: int
+    max_new_tokens: int
+    quantization: str | None = None
+    gguf_talker_path: str | None = None
+    gguf_codec_path: str | None = None
+    ref_cache_dir: str | None = None
+    dtype: str | None = None
+    attn_implementation: str | None = None
+
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> Settings:
+        """From the stage's (validated) constructor arguments."""
+        return cls(model=args["model"], backend=args["backend"], device=args["device"],
+                   language=language_name(args["language"]) or "Auto", voice=voice_of(args),
+                   streaming_chunk_size=args["streaming_chunk_size"], max_new_tokens=args["max_new_tokens"],
+                   quantization=args["quantization"] or DEFAULT_QUANTIZATION.get(args["backend"]),
+                   gguf_talker_path=args["gguf_talker_path"], gguf_codec_path=args["gguf_codec_path"],
+                   ref_cache_dir=args["ref_cache_dir"], dtype=args["dtype"],
+                   attn_implementation=args["attn_implementation"])
+
+    @property
+    def mlx_repo(self) -> str:
+        """What mlx-audio loads: the mlx-community conversion of a ``Qwen/`` id, or the model as given."""
+        return mlx_quantized_repo(self.model, self.quantization)
