@@ -63,10 +63,3 @@ def test_build_once_builds_a_missing_target_once(tmp_path):
     target = tmp_path / "cache" / "model.onnx"
     assert build_once(target, build, "test") == target and build_once(target, build, "test") == target
     assert built == ["model.onnx.partial"] and target.read_text() == "done"
-
-
-def test_the_old_cache_module_still_answers():
-    """transformers_lm and kokoro_onnx import s2s.cache until they move to s2s.models."""
-    from s2s import cache
-
-    assert cache.build_once is models.build_once and cache.cache_root is models.cache_root

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from s2s.config_errors import Range
 from s2s import torch_support
-from s2s.cache import build_once, cache_root
+from s2s.models import build_once, cache_root, loadable, model_folder_error, model_source
 from s2s.config_errors import ValidationContext
 from s2s.llm.base import LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
@@ -65,14 +65,12 @@ def drop_gguf_quantization(config_file: Path) -> None:
 
 
 def resolve_model(model: str, cache_dir: str | None) -> str:
-    if Path(model).expanduser().exists():
-        return str(Path(model).expanduser())
-    if model == PACKAGED_NAME:
+    if model_source(model, (PACKAGED_NAME,)) == "packaged":
         target = cache_root(cache_dir) / "smollm2-135m-instruct"
         path = build_once(target, convert_packaged, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)")
         drop_gguf_quantization(path / "config.json")
         return str(path)
-    return model  # a hub id: transformers resolves it (offline: from the local HF cache only)
+    return loadable(model)  # a local folder, or a hub id transformers resolves (offline: the local HF cache)
 
 
 class TransformersLM(TemplateTools, LLMStage, Stage):
@@ -198,6 +196,8 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         check_module(kwargs["tools"], f"{context.group}.tools")
+        if error := model_folder_error(kwargs["model"], context, "HuggingFaceTB/SmolLM2-135M-Instruct"):
+            raise error
 
     def close(self) -> None:
         self._model = self._tokenizer = None

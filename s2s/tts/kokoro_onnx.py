@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from s2s.cache import build_once, cache_root
+from s2s.models import build_once, cache_root
 from s2s.config_errors import Range
 from s2s.sharing import shared_model
 from s2s.stage import require
