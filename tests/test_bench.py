@@ -124,7 +124,8 @@ def test_runner_benchmark_prints_sane_figures():
 def test_latency_benchmark_prints_true_voice_to_voice_per_file_and_percentiles(tmp_path, espeak):
     question = espeak("Good morning to you.", tmp_path / "q.wav")
     result = subprocess.run([sys.executable, "-m", "s2s.bench", "latency", str(question), "llm=echo",
-                             "--trailing-s", "1.5"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                             "--trailing-s", "1.5", "--versus", "runner.first_audio_wait_s=0"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| voice-to-voice | endpoint | STT |" in result.stdout and "**p50**" in result.stdout
     [folder] = (tmp_path / "outputs").glob("*/*-latency")
@@ -133,3 +134,8 @@ def test_latency_benchmark_prints_true_voice_to_voice_per_file_and_percentiles(t
     assert "morning" in row["transcript"].lower() and row["first_chunk"]
     assert row["voice_to_voice_s"] > row["endpoint_s"] > 0  # from the end of speech, endpointing included
     assert report["peak_memory_mb"] > 0 and (folder / "00" / "metrics.json").exists()
+    # --versus: the same file again with the extra override, its own folder and rows, and the ratio of the two
+    [other] = report["versus_rows"]
+    assert report["versus"] == ["runner.first_audio_wait_s=0"] and (folder / "00-vs" / "metrics.json").exists()
+    assert "morning" in other["transcript"].lower() and other["voice_to_voice_s"] > 0
+    assert re.search(r"ratio \d+\.\d\d, same run", result.stdout)

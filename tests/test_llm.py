@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import compose_config
@@ -131,18 +132,16 @@ def test_the_default_prompt_answers_the_question_shortly(smollm2):
     assert len(chunks[0].split()) <= llm.first_chunk_words  # what the TTS gets first
 
 
-def test_a_converted_cache_keeps_no_gguf_quantization_config(tmp_path):
-    """Caches from older conversions warned 'Unknown quantization type, got gguf' at every start."""
+@pytest.mark.slow
+def test_the_packaged_model_is_converted_once_to_float32_without_its_gguf_quantization(smollm2):
+    """float32 on disk maps straight into memory on a CPU; a stale gguf entry warned at every start."""
     import json
 
-    from s2s.llm.transformers_lm import drop_gguf_quantization
+    from s2s.llm.transformers_lm import PACKAGED_NAME, resolve_model
 
-    config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "llama", "quantization_config": {"quant_method": "gguf"}}))
-    drop_gguf_quantization(config)
-    assert json.loads(config.read_text()) == {"model_type": "llama"}
-    drop_gguf_quantization(config)  # idempotent
-    assert json.loads(config.read_text()) == {"model_type": "llama"}
+    config = json.loads((Path(resolve_model(PACKAGED_NAME, smollm2.cache_dir)) / "config.json").read_text())
+    assert config.get("dtype", config.get("torch_dtype")) == "float32"
+    assert "quantization_config" not in config
 
 
 def test_an_interrupted_reply_keeps_what_was_said_in_the_history():

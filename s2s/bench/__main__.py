@@ -2,7 +2,8 @@
 
 python -m s2s.bench server --sessions N --seconds T: a bounded load on the realtime server (loopback only).
 
-python -m s2s.bench latency [FILES...] [key=value ...]: voice-to-voice from the end of speech, realtime-paced.
+python -m s2s.bench latency [FILES...] [key=value ...] [--versus "key=value ..."]: voice-to-voice from the end of
+speech, realtime-paced; --versus runs every file a second time with more overrides, interleaved, for a ratio.
 
 The TTS benchmark is a config option instead (conf/experiment/), so it sweeps like everything else:
 python run.py -m experiment=tts_benchmark tts=...
@@ -34,11 +35,16 @@ def main(argv: list[str] | None = None) -> int:
                               "overrides such as tts=kokoro_onnx vad.min_silence_ms=500")
     latency.add_argument("--trailing-s", type=float, default=2.0,
                          help="silence fed after each file (default 2 s; the reply is measured, not heard out)")
+    latency.add_argument("--versus", metavar="'key=value ...'", type=str.split, default=None,
+                         help="also run every file with these overrides added (interleaved) and print the ratio")
     args = parser.parse_args(argv)
     if args.command == "latency":
         overrides = [item for item in args.inputs if "=" in item]
+        if args.versus is not None and not all("=" in item for item in args.versus):
+            parser.error(f"--versus takes key=value overrides, got {' '.join(args.versus)!r}")
         try:
-            return bench_latency([item for item in args.inputs if "=" not in item], overrides, args.trailing_s)
+            return bench_latency([item for item in args.inputs if "=" not in item], overrides, args.trailing_s,
+                                 args.versus)
         except ValueError as error:
             parser.error(str(error))
     if args.command == "server":

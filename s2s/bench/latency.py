@@ -116,7 +116,14 @@ def table(found: list[dict[str, Any]], peak_mb: float | None) -> str:
     return "\n".join(lines)
 
 
-def bench_latency(files: list[str], overrides: list[str], trailing_s: float) -> int:
+def _p50(found: list[dict[str, Any]]) -> float | None:
+    values = [row["voice_to_voice_s"] for row in found if row["voice_to_voice_s"] is not None]
+    return float(np.percentile(values, 50)) if values else None
+
+
+def bench_latency(files: list[str], overrides: list[str], trailing_s: float, versus: list[str] | None = None) -> int:
+    """One run per clip; with ``versus``, each clip also runs with those overrides added, the two interleaved
+    (in alternating order, so a machine that speeds up or slows down during the benchmark favours neither)."""
     from s2s.resolvers import fresh_dir
 
     output_dir = Path(fresh_dir(time.strftime("outputs/%Y-%m-%d/%H-%M-%S-latency")))
@@ -127,22 +134,37 @@ def bench_latency(files: list[str], overrides: list[str], trailing_s: float) -> 
         clips = [Clip(Path(name).name, audio.read_audio(name, RATE)) for name in files]
     else:
         clips = default_clips(output_dir)
-    found: list[dict[str, Any]] = []
-    peaks: list[float] = []
+    variants = {"": overrides, **({" ".join(versus): [*overrides, *versus]} if versus else {})}
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
+    peaks: dict[str, list[float]] = {name: [] for name in variants}
     machine = None
     for index, clip in enumerate(clips):
-        run_dir = output_dir / f"{index:02d}"
-        run_dir.mkdir()
-        write_input(clip, run_dir / "input.wav")
-        metrics = run_pipeline(run_dir / "input.wav", run_dir, overrides, trailing_s)
-        found += rows(clip, metrics)
-        peaks += [metrics["peak_memory_mb"]] if metrics.get("peak_memory_mb") else []
-        machine = metrics.get("machine")
-    peak = max(peaks) if peaks else None
-    report = table(found, peak)
+        order = list(variants) if index % 2 == 0 else list(reversed(variants))
+        for variant in order:
+            run_dir = output_dir / (f"{index:02d}" + ("-vs" if variant else ""))
+            run_dir.mkdir()
+            write_input(clip, run_dir / "input.wav")
+            metrics = run_pipeline(run_dir / "input.wav", run_dir, variants[variant], trailing_s)
+            found[variant] += rows(clip, metrics)
+            peaks[variant] += [metrics["peak_memory_mb"]] if metrics.get("peak_memory_mb") else []
+            machine = metrics.get("machine")
+    peak = {name: max(values) if values else None for name, values in peaks.items()}
+    parts = []
+    for variant in variants:
+        title = f"with {variant}" if variant else (f"as composed{': ' + ' '.join(overrides) if overrides else ''}")
+        parts.append((f"### {title}\n\n" if versus else "") + table(found[variant], peak[variant]))
+    if versus:
+        base, other = _p50(found[""]), _p50(found[" ".join(versus)])
+        if base and other:
+            parts.append(f"voice-to-voice p50: {base:.2f} s as composed, {other:.2f} s with {' '.join(versus)} "
+                         f"(ratio {other / base:.2f}, same run, interleaved)")
+    report = "\n\n".join(parts)
     (output_dir / "latency.md").write_text(report + "\n")
-    (output_dir / "latency.json").write_text(json.dumps({"rows": found, "peak_memory_mb": peak, "machine": machine,
-                                                         "overrides": overrides}, indent=2))
+    (output_dir / "latency.json").write_text(json.dumps({"rows": found[""], "peak_memory_mb": peak[""],
+                                                         "machine": machine, "overrides": overrides,
+                                                         **({"versus": versus, "versus_rows": found[" ".join(versus)],
+                                                             "versus_peak_memory_mb": peak[" ".join(versus)]}
+                                                            if versus else {})}, indent=2))
     print(report)
     print(f"\nlatency.md, latency.json and the run's files in {output_dir.resolve()}")
     return 0

@@ -22,6 +22,7 @@ from s2s.stage import MissingExtraError, Stage, require
 log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
 PACKAGED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PACKAGED_CACHE = "smollm2-135m-instruct-float32"  # the conversion's folder in cache_dir (older ones: bfloat16)
 STREAM_AHEAD = 2  # text pieces (about words) generation may run ahead of the reader
 
 
@@ -48,7 +49,9 @@ def convert_packaged(out: Path) -> None:
     config = source.config
     if hasattr(config, "quantization_config"):  # dequantized now: a stale gguf entry only warns at each load
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    # float32, the dtype a CPU computes in: loading then maps the file instead of converting a copy (250 MB less
+    # at the peak); GPUs convert to bfloat16/float16 as they load
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(source.state_dict())
     model.generation_config = source.generation_config
     log.info("[3/3] saving safetensors")
@@ -56,20 +59,10 @@ def convert_packaged(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def drop_gguf_quantization(config_file: Path) -> None:
-    """Caches converted by older s2s versions kept the GGUF's quantization_config ("Unknown quantization type")."""
-    config = json.loads(config_file.read_text())
-    if "quantization_config" in config:
-        del config["quantization_config"]
-        config_file.write_text(json.dumps(config, indent=2))
-
-
 def resolve_model(model: str, cache_dir: str | None) -> str:
     if model_source(model, (PACKAGED_NAME,)) == "packaged":
-        target = cache_root(cache_dir) / "smollm2-135m-instruct"
-        path = build_once(target, convert_packaged, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)")
-        drop_gguf_quantization(path / "config.json")
-        return str(path)
+        target = cache_root(cache_dir) / PACKAGED_CACHE
+        return str(build_once(target, convert_packaged, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)"))
     return loadable(model)  # a local folder, or a hub id transformers resolves (offline: the local HF cache)
 
 
