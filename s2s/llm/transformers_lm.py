@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import queue
 import threading
@@ -10,12 +9,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from s2s.config_errors import Range
 from s2s import torch_support
-from s2s.models import build_once, cache_root, loadable, model_folder_error, model_source
-from s2s.config_errors import ValidationContext
+from s2s.config_errors import Range, ValidationContext
 from s2s.llm.base import LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
+from s2s.models import (
+    build_once,
+    cache_root,
+    loadable,
+    model_folder_error,
+    model_source,
+)
 from s2s.sharing import shared_model
 from s2s.stage import MissingExtraError, Stage, require
 
@@ -130,8 +134,13 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
         self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
-        from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, StoppingCriteria,
-                                  StoppingCriteriaList, TextIteratorStreamer)
+        from transformers import (
+            LogitsProcessorList,
+            RepetitionPenaltyLogitsProcessor,
+            StoppingCriteria,
+            StoppingCriteriaList,
+            TextIteratorStreamer,
+        )
 
         cancelled = threading.Event()
 
