@@ -142,7 +142,8 @@ class SentenceSplitter:
                 start = end
                 continue
             last = final and index == len(ends) - 1
-            if len(self._buffer[max(start, self._spoken):end].strip()) < self.min_chars and not last:
+            rest_of_first = start < self._spoken  # the sentence began in the first chunk: its end goes on its own
+            if len(self._buffer[max(start, self._spoken):end].strip()) < self.min_chars and not (last or rest_of_first):
                 continue  # too short alone: joined to the next sentence
             sentences = [start, *(e for e in ends[:index] if e > start), end]
             for a, b in itertools.pairwise(sentences):

@@ -47,8 +47,8 @@ def test_abbreviations_and_numbers_do_not_end_a_sentence(how):
 @pytest.mark.parametrize("how", list(chunkings(TRICKY)))
 def test_short_first_chunk_then_whole_sentences(how):
     chunks = [chunk for _, chunk in stream(SentenceSplitter(first_chunk_words=6), chunkings(TRICKY)[how])]
-    # six words, then the rest of the sentence (short, so joined to the next one), then the last sentence
-    assert chunks == ["Dr. Smith paid $3.50 for the", "U.S. map. It was e.g. cheap!", "Really?"]
+    # six words, then the rest of that sentence (on its own, however short), then whole sentences
+    assert chunks == ["Dr. Smith paid $3.50 for the", "U.S. map.", "It was e.g. cheap!", "Really?"]
 
 
 def test_a_sentence_is_released_as_soon_as_the_next_one_begins():
@@ -73,6 +73,14 @@ def test_first_chunk_ends_at_a_clause_or_after_a_few_words(text, first):
         assert " ".join(chunks) == text
         # later chunks are whole sentences (or the rest of the first one): none ends inside a clause
         assert all(chunk[-1] in ".!?" for chunk in chunks[1:])
+
+
+def test_the_rest_of_a_first_sentence_cut_early_goes_as_soon_as_it_ends():
+    """However short, it is not held back to be joined with the next sentence (a stream may die in between)."""
+    pieces = bpe_like("The first sentence is complete. The second one never")
+    released = stream(SentenceSplitter(first_chunk_words=4), pieces)
+    assert [chunk for _, chunk in released] == ["The first sentence is", "complete."]
+    assert released[1][0] == pieces.index(" The", 1)  # released when the next sentence began
 
 
 def test_only_the_first_chunk_is_cut_early():

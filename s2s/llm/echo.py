@@ -5,7 +5,7 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from s2s.config_errors import Range
-from s2s.llm.base import LLMStage
+from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
 from s2s.stage import Stage
 
 
@@ -18,7 +18,7 @@ class EchoLM(LLMStage, Stage):
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
     """
 
-    def __init__(self, prefix: str = "", first_chunk_words: Annotated[int, Range(0)] = 6,
+    def __init__(self, prefix: str = "", first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
                  first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
         self.prefix = prefix
         self._init_chat(None, 0, first_chunk_words=first_chunk_words, first_chunk_min_words=first_chunk_min_words)

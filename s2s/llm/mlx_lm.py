@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 from s2s.config_errors import ConfigError, Range, ValidationContext
-from s2s.llm.base import LLMStage
+from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import loadable, model_folder_error
 from s2s.stage import Stage, require
@@ -33,7 +33,7 @@ class MLXLM(TemplateTools, LLMStage, Stage):
     def __init__(self, model: str = "mlx-community/Qwen2.5-0.5B-Instruct-4bit", system_prompt: str | None = None,
                  max_new_tokens: Annotated[int, Range(1, 4096)] = 64, history_turns: Annotated[int, Range(0)] = 4,
                  temperature: Annotated[float, Range(0, 5)] = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
-                 tools: str | None = None, first_chunk_words: Annotated[int, Range(0)] = 6,
+                 tools: str | None = None, first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
                  first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
         self.model_name = model
         self.max_new_tokens = max_new_tokens

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from s2s.config_errors import Range, ValidationContext
-from s2s.llm.base import LLMStage, ReplyFailed
+from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
 from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
 from s2s.stage import Stage, require
 
@@ -45,7 +45,8 @@ class OpenAILM(LLMStage, Stage):
                  max_tokens: Annotated[int, Range(1)] = 64,
                  timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0, system_prompt: str | None = None,
                  history_turns: Annotated[int, Range(0)] = 4, tools: str | None = None,
-                 first_chunk_words: Annotated[int, Range(0)] = 6, first_chunk_min_words: Annotated[int, Range(1)] = 3,
+                 first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
+                 first_chunk_min_words: Annotated[int, Range(1)] = 3,
                  ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
