@@ -271,9 +271,8 @@ class Graph:
             self.observer.on_input(name, message, time.perf_counter())
             self._drain(index, stage.process(message), message)
             self.observer.on_done(name, message, time.perf_counter())
-            if self.first_audio_wait_s > 0 and index == len(self.stages) - 2 \
-                    and isinstance(turn := getattr(message, "turn", None), int):
-                self._first_output(turn).set()  # the piece is done, even if it made no output
+            if index == len(self.stages) - 2:
+                self._piece_made(message)  # the piece is done, even if it made no output
 
     def _drain(self, index: int, outputs: Iterator[Message], source: Data | None = None) -> None:
         """Forward a stage's outputs as they come; stop early (closing the generator) on stop or barge-in."""
@@ -298,6 +297,12 @@ class Graph:
                     del self._first_out[old]
                 self._first_out[turn] = threading.Event()
             return self._first_out[turn]
+
+    def _piece_made(self, message: Message) -> None:
+        """The stage before the sink made output of, or finished, a piece of ``message``'s turn: its feeder goes on."""
+        turn = getattr(message, "turn", None)
+        if self.first_audio_wait_s > 0 and isinstance(turn, int):
+            self._first_output(turn).set()
 
     def _wait_first_output(self, turn: int, source: Data) -> None:
         """Before the stage makes more of ``turn``, let the next stage turn the first piece into output."""
@@ -357,9 +362,8 @@ class Graph:
             log.info("barge-in: user started turn %d, dropping older replies", message.turn)
             self._cancel_below = message.turn
         if index + 2 == len(self.stages):
-            turn = getattr(message, "turn", None)
-            if self.first_audio_wait_s > 0 and isinstance(message, Data) and isinstance(turn, int):
-                self._first_output(turn).set()
+            if isinstance(message, Data):
+                self._piece_made(message)
             self._to_sink(message)
         elif index + 1 < len(self.stages):
             self._queues[index].put(message)

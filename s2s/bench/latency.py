@@ -134,7 +134,8 @@ def bench_latency(files: list[str], overrides: list[str], trailing_s: float, ver
         clips = [Clip(Path(name).name, audio.read_audio(name, RATE)) for name in files]
     else:
         clips = default_clips(output_dir)
-    variants = {"": overrides, **({" ".join(versus): [*overrides, *versus]} if versus else {})}
+    other = " ".join(versus) if versus else None  # the second variant's name
+    variants = {"": overrides, **({other: [*overrides, *versus]} if other else {})}
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     peaks: dict[str, list[float]] = {name: [] for name in variants}
     machine = None
@@ -152,19 +153,19 @@ def bench_latency(files: list[str], overrides: list[str], trailing_s: float, ver
     parts = []
     for variant in variants:
         title = f"with {variant}" if variant else (f"as composed{': ' + ' '.join(overrides) if overrides else ''}")
-        parts.append((f"### {title}\n\n" if versus else "") + table(found[variant], peak[variant]))
-    if versus:
-        base, other = _p50(found[""]), _p50(found[" ".join(versus)])
-        if base and other:
-            parts.append(f"voice-to-voice p50: {base:.2f} s as composed, {other:.2f} s with {' '.join(versus)} "
-                         f"(ratio {other / base:.2f}, same run, interleaved)")
+        parts.append((f"### {title}\n\n" if other else "") + table(found[variant], peak[variant]))
+    if other:
+        base, with_other = _p50(found[""]), _p50(found[other])
+        if base and with_other:
+            parts.append(f"voice-to-voice p50: {base:.2f} s as composed, {with_other:.2f} s with {other} "
+                         f"(ratio {with_other / base:.2f}, same run, interleaved)")
     report = "\n\n".join(parts)
     (output_dir / "latency.md").write_text(report + "\n")
     (output_dir / "latency.json").write_text(json.dumps({"rows": found[""], "peak_memory_mb": peak[""],
                                                          "machine": machine, "overrides": overrides,
-                                                         **({"versus": versus, "versus_rows": found[" ".join(versus)],
-                                                             "versus_peak_memory_mb": peak[" ".join(versus)]}
-                                                            if versus else {})}, indent=2))
+                                                         **({"versus": versus, "versus_rows": found[other],
+                                                             "versus_peak_memory_mb": peak[other]}
+                                                            if other else {})}, indent=2))
     print(report)
     print(f"\nlatency.md, latency.json and the run's files in {output_dir.resolve()}")
     return 0
