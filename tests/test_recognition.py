@@ -1,64 +1,76 @@
 """The default STT (packaged Whisper tiny.en, as conf/stt/faster_whisper.yaml sets it) across espeak voices and rates.
 
-Each sentence is checked on words that int8 and float32, greedy and beam 5, all heard in every voice and rate when
-this was measured (AMD EPYC), so the test keeps a margin on another CPU; marginal words are left out (see SENTENCES).
-The exception is "France": greedy decoding hears "capital and friends" on an Intel Xeon (and at 130 words a minute
-here); the default's beam 5 heard it in every voice and rate here, and on that Xeon.
+Whisper's output flips on small differences (the CPU's instruction set, int8 or float32, the resampler, the encoder
+window): one word of one clip is never asserted. The set is scored as a whole, with a margin under what every variant
+measured here reached (python -m s2s.bench recognition, under CT2_FORCE_CPU_ISA=AVX and GENERIC, int8 and float32,
+windows of 10, 15 and 30 s, greedy and beam 5: 92-95% of the set's words heard).
 """
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
 from conftest import compose_config
 
 from s2s import audio
-from s2s.messages import SpeechSegment, Transcript
+from s2s.bench.recognition import RATES, SENTENCES, VOICES
+from s2s.bench.speech import espeak, espeak_available
+from s2s.messages import SpeechSegment, Transcript, TurnEnd
 from s2s.stt.faster_whisper import FasterWhisperSTT
 
 pytestmark = pytest.mark.slow
-
-VOICES = ["en-us", "en-gb", "en+f3"]
-RATES = [130, 150, 170, 190]
-# sentence -> words the default must hear in every voice and rate. Left out as marginal: "today" (en+f3 at 170 gives
-# "London, okay?" whatever the precision or beam), "story", "minutes" (a greedy decode misses each once), and "Turn on
-# the kitchen lights." (en+f3 at 190 comes back as "Do not look at your life.").
-SENTENCES = {
-    "What is the capital of France?": ["capital", "france"],
-    "How is the weather in London today?": ["weather", "london"],
-    "Please tell me a story about a dragon.": ["tell"],
-    "Good morning to you.": ["morning"],
-}
+MIN_WORDS_HEARD = 0.85  # of every word of every sentence in every voice and rate
 
 
 def words(text: str) -> list[str]:
     return re.findall(r"[a-z']+", text.lower())
 
 
-@pytest.fixture(scope="module")
-def default_stt():
-    """The STT stage exactly as the default config builds it (compute_type, beam_size from the option file)."""
+def default_stt(**changes):
+    """The STT stage exactly as the default config builds it (compute_type, beam_size, window_s from the file)."""
     cfg = compose_config([])
-    stage = FasterWhisperSTT(**{key: value for key, value in cfg.stt.items() if key != "_target_"})
+    stage = FasterWhisperSTT(**{**{key: value for key, value in cfg.stt.items() if key != "_target_"}, **changes})
     stage.setup()
     stage.warm_up()
-    yield stage
-    stage.close()
+    return stage
 
 
-@pytest.mark.parametrize("rate", RATES)
-@pytest.mark.parametrize("voice", VOICES)
-def test_default_stt_hears_espeak_voices_and_rates(default_stt, voice, rate, tmp_path):
-    if shutil.which("espeak-ng") is None:
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    if not espeak_available():
         pytest.skip("espeak-ng is not installed (apt-get install espeak-ng)")
-    missed = {}
-    for index, (sentence, expected) in enumerate(SENTENCES.items()):
-        path = tmp_path / f"{index}.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", str(path), sentence], check=True)
-        [out] = list(default_stt.process(SpeechSegment(audio.read_audio(path, 16000), 16000, index, 0.0, 1.0)))
-        assert isinstance(out, Transcript)
-        if lost := [word for word in expected if word not in words(out.text)]:
-            missed[sentence] = (out.text, lost)
-    assert not missed, missed
+    folder = tmp_path_factory.mktemp("recognition")
+    return [espeak(text, voice, rate, folder / f"{voice}-{rate}-{index}.wav")
+            for voice in VOICES for rate in RATES for index, text in enumerate(SENTENCES)]
+
+
+def heard_share(stage: FasterWhisperSTT, clips) -> tuple[float, list[tuple[str, str]]]:
+    """The share of the set's words found in the transcripts, and what each clip was heard as."""
+    found = total = 0
+    heard = []
+    for index, clip in enumerate(clips):
+        [out] = list(stage.process(SpeechSegment(clip.samples, 16000, index, 0.0, 1.0)))
+        text = out.text if isinstance(out, Transcript) else ""
+        expected, got = words(clip.text), set(words(text))
+        found += sum(word in got for word in expected)
+        total += len(expected)
+        heard.append((clip.text, text))
+    return found / total, heard
+
+
+def test_default_stt_hears_espeak_voices_and_rates(grid):
+    share, heard = heard_share(default_stt(), grid)
+    assert share >= MIN_WORDS_HEARD, [pair for pair in heard if set(words(pair[0])) - set(words(pair[1]))]
+    assert all(text for _, text in heard)  # every clip gives words
+
+
+def test_short_window_hears_as_much_as_the_full_one(grid):
+    """window_s (the default's 15 s) is chosen for time; on the set it must not hear less than Whisper's 30 s."""
+    short, _ = heard_share(default_stt(), grid)
+    full, _ = heard_share(default_stt(window_s=None), grid)
+    assert short >= full - 0.03, (short, full)
+
+
+def test_silence_gives_no_words_and_ends_the_turn():
+    out = list(default_stt().process(SpeechSegment(audio.silence(1.5, 16000), 16000, 3, 0.0, 1.5)))
+    assert out == [TurnEnd(3)]

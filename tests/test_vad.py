@@ -71,3 +71,33 @@ def test_other_input_rates_are_resampled(two_utterances):
     vad.setup()
     out = [m for block in audio.chunks(at_8k, 256) for m in vad.process(AudioChunk(block, 8000))]
     assert len([m for m in out if isinstance(m, SpeechSegment)]) == 2
+
+
+def test_onnx_default_matches_torchscript_without_importing_torch(two_utterances):
+    """The default (ONNX through onnxruntime) finds the same turns as the TorchScript model, within a frame or two."""
+    samples, _ = two_utterances
+    segments = {}
+    for onnx in (True, False):
+        out = run_vad(SileroVAD(min_silence_ms=500, speculative_silence_ms=None, onnx=onnx), samples)
+        segments[onnx] = [m for m in out if isinstance(m, SpeechSegment)]
+    assert len(segments[True]) == len(segments[False]) == 2
+    for a, b in zip(segments[True], segments[False]):
+        assert a.start_s == pytest.approx(b.start_s, abs=0.07)
+        assert a.speech_end_s == pytest.approx(b.speech_end_s, abs=0.07)
+    assert SileroVAD().onnx  # the option file and the signature agree that ONNX is the default
+
+
+def test_onnx_vad_runs_without_torch(two_utterances, tmp_path):
+    """In a fresh process the default VAD finds speech and never imports torch (the default path stays torch-free)."""
+    import subprocess
+    import sys
+
+    samples, _ = two_utterances
+    np.save(tmp_path / "samples.npy", samples)
+    code = ("import sys, numpy as np; from s2s import audio; from s2s.messages import AudioChunk, SpeechSegment; "
+            "from s2s.vad.silero import SileroVAD; v = SileroVAD(speculative_silence_ms=None); v.setup(); "
+            f"s = np.load({str(tmp_path / 'samples.npy')!r}); "
+            "out = [m for b in audio.chunks(s, 512) for m in v.process(AudioChunk(b, 16000))] + list(v.flush()); "
+            "print(sum(isinstance(m, SpeechSegment) for m in out), 'torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.split() == ["2", "False"]

@@ -5,6 +5,9 @@ python -m s2s.bench server --sessions N --seconds T: a bounded load on the realt
 python -m s2s.bench latency [FILES...] [key=value ...] [--versus "key=value ..."]: voice-to-voice from the end of
 speech, realtime-paced; --versus runs every file a second time with more overrides, interleaved, for a ratio.
 
+python -m s2s.bench recognition [key=value ...] [--versus "key=value ..."]...: the STT's word error rate on a
+recognition set (espeak-ng voices and rates, real recordings) against its time, for each variant.
+
 The TTS benchmark is a config option instead (conf/experiment/), so it sweeps like everything else:
 python run.py -m experiment=tts_benchmark tts=...
 """
@@ -14,6 +17,7 @@ import argparse
 import sys
 
 from s2s.bench.latency import bench_latency
+from s2s.bench.recognition import bench_recognition
 from s2s.bench.runner import bench_runner, report
 from s2s.bench.server import add_arguments as add_server_arguments
 from s2s.bench.server import bench_server
@@ -37,7 +41,15 @@ def main(argv: list[str] | None = None) -> int:
                          help="silence fed after each file (default 2 s; the reply is measured, not heard out)")
     latency.add_argument("--versus", metavar="'key=value ...'", type=str.split, default=None,
                          help="also run every file with these overrides added (interleaved) and print the ratio")
+    recognition = commands.add_parser("recognition", help="the STT's word error rate and time on a recognition set")
+    recognition.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. stt.beam_size=1")
+    recognition.add_argument("--versus", metavar="'key=value ...'", type=str.split, action="append", default=[],
+                             help="another variant: these overrides added (repeatable); variants take turns")
     args = parser.parse_args(argv)
+    if args.command == "recognition":
+        if bad := [item for item in [*args.overrides, *sum(args.versus, [])] if "=" not in item]:
+            parser.error(f"recognition takes key=value overrides, got {' '.join(bad)!r}")
+        return bench_recognition(args.overrides, args.versus)
     if args.command == "latency":
         overrides = [item for item in args.inputs if "=" in item]
         if args.versus is not None and not all("=" in item for item in args.versus):

@@ -9,17 +9,15 @@ speaks a set of questions with espeak-ng (several voices and rates, as the tests
 from __future__ import annotations
 
 import json
-import shutil
 import statistics
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from s2s import audio
+from s2s.bench.speech import Clip, espeak, espeak_available, recordings
 
 RATE = 16000
 # (text, espeak voice, words per minute): everyday questions, several voices and speeds
@@ -34,25 +32,18 @@ BREAKDOWN = [("voice_to_voice_s", "voice-to-voice"), ("endpoint_s", "endpoint"),
              ("llm_first_sentence_s", "LLM 1st chunk"), ("tts_first_audio_s", "TTS 1st chunk"), ("held_s", "held")]
 
 
-@dataclass
-class Clip:
-    name: str
-    samples: np.ndarray
-
-
 def default_clips(folder: Path) -> list[Clip]:
-    """The bundled sample plus espeak-ng recordings of :data:`QUESTIONS` (written into ``folder``)."""
+    """The bundled sample, espeak-ng recordings of :data:`QUESTIONS` (written into ``folder``) and the real
+    recordings that installed packages ship (:func:`s2s.bench.speech.recordings`)."""
     from s2s.resolvers import sample
 
     clips = [Clip("question.wav (bundled)", audio.read_audio(sample("question.wav"), RATE))]
-    if shutil.which("espeak-ng") is None:
-        print("espeak-ng is not installed: only the bundled sample is measured (apt-get install espeak-ng)")
-        return clips
-    for index, (text, voice, rate) in enumerate(QUESTIONS):
-        path = folder / f"espeak_{index}.wav"
-        subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", str(path), text], check=True)
-        clips.append(Clip(f"espeak {voice} {rate} wpm", audio.read_audio(path, RATE)))
-    return clips
+    if espeak_available():
+        clips += [espeak(text, voice, rate, folder / f"espeak_{index}.wav")
+                  for index, (text, voice, rate) in enumerate(QUESTIONS)]
+    else:
+        print("espeak-ng is not installed: its questions are left out (apt-get install espeak-ng)")
+    return clips + recordings()
 
 
 def write_input(clip: Clip, path: Path) -> None:

