@@ -260,7 +260,7 @@ def _first_audio_s(stage: PiperTTS, text: str) -> tuple[float, float, float]:
 def test_joe_first_audio_comes_before_the_whole_reply(joe):
     """Prints warm first-audio times and RTF (medians of 3) for 1 and 2 threads; asserts only the streaming."""
     short = "The capital is Paris."
-    long = ("Paris is the capital of France, and it has been home to artists, writers and scientists for many "
+    long = ("Paris is the capital of France, and it has been home to artists, writers and scientists for "
             "hundreds of years.")
     for threads in (1, 2):
         stage = PiperTTS()
