@@ -168,13 +168,18 @@ def _matches(value: Any, annotation: Any) -> bool:
     return True  # richer annotations are the class's own business (validate_config)
 
 
-def _constraints(annotation: Any) -> list[Range | OneOf]:
-    """The Range/OneOf markers of an annotation, looking inside Optional[...] too."""
+def _constraints(annotation: Any, value: Any = inspect.Parameter.empty) -> list[Range | OneOf]:
+    """The Range/OneOf markers of an annotation, looking inside Optional[...] too.
+
+    With ``value``, only the markers of the union arms it matches: in ``str | Annotated[int, Range(0)]`` a name is
+    not held to the number's bound.
+    """
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         return [m for m in typing.get_args(annotation)[1:] if isinstance(m, (Range, OneOf))]
     if origin in (typing.Union, types.UnionType):
-        return [m for arm in typing.get_args(annotation) for m in _constraints(arm)]
+        return [m for arm in typing.get_args(annotation) if value is inspect.Parameter.empty or _matches(value, arm)
+                for m in _constraints(arm)]
     return []
 
 
@@ -214,7 +219,7 @@ def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationCo
             continue
         if not _matches(value, annotation):
             errors.append(context.error(key, value, _describe(annotation)))
-        elif value is not None and (broken := [c for c in _constraints(annotation) if not c.check(value)]):
+        elif value is not None and (broken := [c for c in _constraints(annotation, value) if not c.check(value)]):
             errors.append(context.error(key, value, broken[0].describe()))
         elif value is not None and _must_exist(annotation) and not Path(str(value)).expanduser().exists():
             errors.append(context.error(key, value, "an existing path (no such file or directory)"))
