@@ -110,7 +110,7 @@ def test_a_device_the_platform_lacks_is_refused_once(tmp_path):
 
 
 def test_bad_enum_value_names_key_value_and_choices(tmp_path):
-    [message] = errors_of(["tts.voice=nobody"], tmp_path)
+    [message] = errors_of(["tts=kokoro_onnx", "tts.voice=nobody"], tmp_path)
     assert message.startswith("tts.voice=nobody") and "jf_alpha" in message and "jm_kumo" in message
 
 
@@ -132,7 +132,7 @@ def test_runner_settings_are_checked(tmp_path):
 
 def test_unknown_key_added_with_plus_is_refused(tmp_path):
     [message] = errors_of(["+tts.pitch=3"], tmp_path)
-    assert message.startswith("tts.pitch=3") and "voice" in message and "speed" in message
+    assert message.startswith("tts.pitch=3") and "speaker" in message and "speed" in message
 
 
 def test_missing_required_value(tmp_path):
@@ -185,12 +185,12 @@ def test_cli_unknown_key_and_bad_value_in_one_go(tmp_path):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2 and "Traceback" not in result.stderr
-    assert any("tts.pitch=3: unknown key 'pitch'" in line and "voice" in line for line in lines)
+    assert any("tts.pitch=3: unknown key 'pitch'" in line and "speaker" in line for line in lines)
     assert any("vad=nope: unknown option" in line and "silero" in line for line in lines)
 
 
 def test_cli_validation_errors_exit_2_before_loading(tmp_path):
-    result = run_cli("tts.voice=nobody", f"source.path={tmp_path / 'nothing.wav'}", f"hydra.run.dir={tmp_path}",
+    result = run_cli("tts=kokoro_onnx", "tts.voice=nobody", f"source.path={tmp_path / 'nothing.wav'}", f"hydra.run.dir={tmp_path}",
                      cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("config error:")]
@@ -201,7 +201,7 @@ def test_cli_validation_errors_exit_2_before_loading(tmp_path):
 def test_cli_cfg_job_and_dry_run_for_another_platform_load_nothing(tmp_path):
     result = run_cli("platform=macos", "--cfg", "job", "llm=echo", cwd=tmp_path, check=True)
     assert "name: macos" in result.stdout and "s2s.llm.echo.EchoLM" in result.stdout
-    assert "_target_: s2s.tts.kokoro_onnx.KokoroOnnxTTS" in result.stdout
+    assert "_target_: s2s.tts.piper.PiperTTS" in result.stdout
     probe = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "run.py"), "platform=macos",
                             "dry_run=true", f"hydra.run.dir={tmp_path}"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)
@@ -273,7 +273,7 @@ def test_the_reported_out_of_range_values_exit_2_on_a_dry_run(override, tmp_path
 
 
 def test_an_unknown_key_and_a_bad_value_are_reported_together(tmp_path):
-    result = run_cli("tts.pitch=3", "tts.voice=nobody", "stt.beam_size=0", cwd=tmp_path)
+    result = run_cli("tts=kokoro_onnx", "tts.pitch=3", "tts.voice=nobody", "stt.beam_size=0", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert any("tts.pitch=3: unknown key 'pitch'" in line for line in lines)

@@ -29,7 +29,9 @@ LONG = ("Please tell me a long story about a small brown dog, a tall green tree,
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("server")
-    running = RunningServer(run_dir, "llm=echo", "server.max_sessions=2", "server.max_frame_bytes=65536",
+    # kokoro_onnx: a TTS with named voices, so session.update's voice is exercised
+    running = RunningServer(run_dir, "llm=echo", "tts=kokoro_onnx", "server.max_sessions=2",
+                            "server.max_frame_bytes=65536",
                             env={"S2S_API_KEY": API_KEY})
     yield running
     code = running.stop()
@@ -301,7 +303,8 @@ def test_the_live_client_streams_the_microphone_until_ctrl_c(server):
 def test_dry_run_prints_the_graph_each_session_gets_with_overrides_applied(tmp_path):
     from conftest import run_cli
 
-    result = run_cli("server=realtime", "llm=echo", "tts.voice=jf_nezumi", "dry_run=true", cwd=tmp_path)
+    result = run_cli("server=realtime", "llm=echo", "tts=kokoro_onnx", "tts.voice=jf_nezumi", "dry_run=true",
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     for part in ("SocketSource", "SileroVAD", "FasterWhisperSTT", "EchoLM", "KokoroOnnxTTS", "voice=jf_nezumi",
                  "SocketSink", "ws://127.0.0.1:8765/v1/realtime"):

@@ -105,7 +105,7 @@ def test_joblib_sweep_runs_jobs_in_workers_and_reports_the_failed_one(question, 
     env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}  # joblib picks the budget
     result = subprocess.run([sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=joblib",
                              "hydra.launcher.n_jobs=2", "llm=echo", f"source.path={question}",
-                             "tts.model=null,/nonexistent/kokoro.onnx", f"hydra.sweep.dir={sweep}"],
+                             "tts=kokoro_onnx", "tts.model=null,/nonexistent/kokoro.onnx", f"hydra.sweep.dir={sweep}"],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     table = rows(sweep)
