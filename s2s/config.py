@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from s2s.config_errors import ConfigError, ConfigErrors, OneOf, Range, ValidationContext
+from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
 from s2s.platform import DEVICES, resolve_device, valid_device
 from s2s.stage import Stage
 
@@ -30,7 +30,6 @@ PLUGIN_NODES = ("hydra.launcher", "hydra.sweeper")
 # logging.config.dictConfig imports whatever a handler's `class` or a factory's `()` names.
 LOGGING_NODES = ("hydra.hydra_logging", "hydra.job_logging")
 LOGGING_CALLABLES = ("logging.", "colorlog.", "hydra.")
-MUST_EXIST = "must-exist"  # marker for typing.Annotated: the path (when not None) must exist
 
 
 # Top-level keys the runner itself reads, with what they accept.
@@ -100,6 +99,27 @@ class StageSpec:
         stage = self.cls(**self.kwargs)
         stage.threads = self.threads
         return stage
+
+
+def describe_graph(cfg: DictConfig, specs: list[StageSpec]) -> str:
+    """The graph a run would build: one line per stage with its target and identifying values (a dry run's output).
+
+    Args:
+        cfg: the composed config (its platform names the line above the stages).
+        specs: the validated stages, in pipeline order; each is built, which loads nothing by the stage contract.
+
+    Returns:
+        The lines, joined, without a trailing newline.
+    """
+    lines = [f"graph for platform={cfg.platform.name} (device auto -> {cfg.platform.accelerator}):"]
+    width = max(len(spec.group) for spec in specs)
+    for spec in specs:
+        stage = spec.build()  # constructors are cheap by contract: no model, no heavy import
+        details = {"device": spec.kwargs["device"]} if "device" in spec.kwargs else {}
+        details.update(stage.describe())
+        shown = "  ".join(f"{key}={value}" for key, value in details.items())
+        lines.append(f"  {spec.group:<{width}}  {spec.target}  {shown}".rstrip())
+    return "\n".join(lines)
 
 
 def load_target(target: Any, key: str) -> type[Stage]:

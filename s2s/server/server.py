@@ -23,8 +23,8 @@ from urllib.parse import parse_qs, urlsplit
 from omegaconf import DictConfig, OmegaConf
 
 from s2s import sharing
-from s2s.config import StageSpec
-from s2s.config_errors import ConfigError
+from s2s.config import StageSpec, describe_graph
+from s2s.config_errors import EXIT_CONFIG, ConfigError
 from s2s.graph import StageSetupError
 from s2s.server import protocol
 from s2s.server.pipelines import Pool, check_shape
@@ -99,14 +99,12 @@ def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
 
 def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit code (0 stopped, 1 could not start, 2 bad config)."""
-    from s2s.app import describe_graph  # the same dry-run lines as a local run
-
     settings, errors = read_settings(cfg.server)
     errors += check_shape(specs)
     if errors:
         for error in errors:
             print(f"config error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     if cfg.dry_run:
         print(f"server: ws://{settings.host}:{settings.port}{PATH}, max_sessions={settings.max_sessions}, "
               f"api_key={'set' if settings.api_key else 'none'}; each session gets its own")
