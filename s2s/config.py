@@ -206,8 +206,11 @@ def _must_exist(annotation: Any) -> bool:
     return False
 
 
-def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
-    """Bind ``kwargs`` to the constructor and check each value against its annotation."""
+def check_kwargs(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """Bind ``kwargs`` to the constructor and check each value against its annotation.
+
+    ``cls`` is a stage, or any class whose signature is a config group's schema (the server's settings).
+    """
     signature = inspect.signature(cls)
     errors: list[ConfigError] = []
     known = [name for name, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD]
@@ -241,7 +244,7 @@ def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationCo
     return errors
 
 
-def stage_rule_errors(cls: type[Stage], kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+def stage_rule_errors(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
     """What ``cls.validate_config`` says of ``kwargs`` (already checked by :func:`check_kwargs`).
 
     It receives the bound arguments with the constructor's defaults applied, so it reads every key directly.
@@ -257,7 +260,8 @@ def stage_rule_errors(cls: type[Stage], kwargs: dict[str, Any], context: Validat
     return []
 
 
-def _stage_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
+def node_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
+    """A config node's ``_target_`` and keyword arguments (resolved), with an error per missing or broken value."""
     errors: list[ConfigError] = []
     kwargs: dict[str, Any] = {}
     for key in node:
@@ -316,7 +320,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
             errors.append(ConfigError("pipeline", group, "names of config groups that select a stage "
                                                           "(each needs a _target_)"))
             continue
-        target, kwargs, problems = _stage_kwargs(node, group)
+        target, kwargs, problems = node_kwargs(node, group)
         errors += problems
         try:
             cls = load_target(target, f"{group}._target_")

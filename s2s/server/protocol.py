@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from s2s.server.settings import ServerSettings
+
 DEFAULT_RATE = 24000  # the Realtime API's PCM16 rate
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "response.create", "response.cancel",
                  "conversation.item.create")
@@ -30,16 +32,6 @@ class ProtocolError(ValueError):
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What a client may send (from the ``server`` config group)."""
-
-    max_frame_bytes: int = 1 << 20
-    min_rate: int = 8000
-    max_rate: int = 48000
-    max_instructions_chars: int = 20000
 
 
 @dataclass
@@ -77,7 +69,7 @@ class ClientEvent:
     body: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_frame(frame: str | bytes, limits: Limits) -> ClientEvent:
+def parse_frame(frame: str | bytes, limits: ServerSettings) -> ClientEvent:
     """One WebSocket frame -> a client event of a known type (its fields are checked by the handlers)."""
     if len(frame) > limits.max_frame_bytes:
         raise ProtocolError("frame_too_large", f"frame of {len(frame)} bytes is over the limit of "
@@ -141,7 +133,7 @@ def encode_audio(samples: np.ndarray) -> str:
     return base64.b64encode(samples.astype("<i2").tobytes()).decode("ascii")
 
 
-def _rate(node: Any, where: str, limits: Limits, event_id: str | None) -> int | None:
+def _rate(node: Any, where: str, limits: ServerSettings, event_id: str | None) -> int | None:
     if not isinstance(node, dict):
         raise ProtocolError("invalid_type", f"'{where}' must be an object", where, event_id)
     _only(node, {"type", "rate"}, where + ".", event_id)
@@ -204,7 +196,7 @@ def _tools(value: Any, event_id: str | None) -> list[dict[str, Any]]:
     return tools
 
 
-def parse_session_update(event: ClientEvent, limits: Limits) -> SessionUpdate:
+def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionUpdate:
     """Check a ``session.update`` against the allowlist; nothing outside it is ever applied."""
     eid = event.event_id
     _only(event.body, {"type", "event_id", "session"}, "", eid)

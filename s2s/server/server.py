@@ -15,80 +15,27 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from s2s import sharing
 from s2s.config import StageSpec, describe_graph
-from s2s.config_errors import EXIT_CONFIG, ConfigError
+from s2s.config_errors import EXIT_CONFIG
 from s2s.graph import StageSetupError
 from s2s.server import protocol
 from s2s.server.pipelines import Pool, check_shape
 from s2s.server.protocol import ProtocolError
 from s2s.server.session import Session, dumps
+from s2s.server.settings import ServerSettings, read_settings
 from s2s.server.stages import SocketSink, SocketSource
 from s2s.stage import require
 
 log = logging.getLogger("s2s.server")
 PATH = "/v1/realtime"
 FRAME_HARD_CAP = 4  # frames over max_frame_bytes * this close the connection (1009) instead of an error event
-
-
-@dataclass(frozen=True)
-class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8765
-    max_sessions: int = 2
-    api_key: str | None = None
-    max_frame_bytes: int = 1 << 20
-    min_rate: int = 8000
-    max_rate: int = 48000
-    max_instructions_chars: int = 20000
-    idle_timeout_s: float = 600.0
-
-    @property
-    def limits(self) -> protocol.Limits:
-        return protocol.Limits(self.max_frame_bytes, self.min_rate, self.max_rate, self.max_instructions_chars)
-
-
-def read_settings(node: DictConfig) -> tuple[Settings, list[ConfigError]]:
-    """``cfg.server`` -> Settings, with one error per unknown key or bad value (key, value, what is valid)."""
-    values = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(values, dict)
-    if values.get("api_key") == "":  # S2S_API_KEY set but empty: no key, as when it is unset
-        values["api_key"] = None
-    known = Settings.__dataclass_fields__
-    errors = [ConfigError(f"server.{key}", value, f"a known key; server takes: {', '.join(known)}")
-              for key, value in values.items() if key not in known]
-    rules: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
-        "host": (str, lambda v: bool(v), "a host name or address (127.0.0.1 keeps it on this machine)"),
-        "port": (int, lambda v: 0 <= v <= 65535, "a TCP port 0-65535 (0: any free port)"),
-        "max_sessions": (int, lambda v: 1 <= v <= 64, "an integer from 1 to 64"),
-        "api_key": ((str, type(None)), lambda v: v is None or len(v) >= 8, "null or a key of 8+ characters"),
-        "max_frame_bytes": (int, lambda v: 1024 <= v <= 64 << 20, "bytes from 1024 to 67108864"),
-        "min_rate": (int, lambda v: 8000 <= v <= 192000, "a rate in Hz from 8000 to 192000"),
-        "max_rate": (int, lambda v: 8000 <= v <= 192000, "a rate in Hz from 8000 to 192000"),
-        "max_instructions_chars": (int, lambda v: v >= 1, "a positive integer"),
-        "idle_timeout_s": ((int, float), lambda v: v > 0, "a positive number of seconds"),
-    }
-    accepted = {}
-    for key, (kinds, check, expected) in rules.items():
-        if key not in values:
-            continue
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, kinds) or not check(value):
-            errors.append(ConfigError(f"server.{key}", value, expected))
-        else:
-            accepted[key] = value
-    settings = Settings(**accepted)
-    if settings.min_rate > settings.max_rate:
-        errors.append(ConfigError("server.min_rate", settings.min_rate, f"at most server.max_rate "
-                                                                        f"({settings.max_rate})"))
-    return settings, errors
 
 
 def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
@@ -99,12 +46,13 @@ def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
 
 def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit code (0 stopped, 1 could not start, 2 bad config)."""
-    settings, errors = read_settings(cfg.server)
+    settings, errors = read_settings(cfg)
     errors += check_shape(specs)
     if errors:
         for error in errors:
             print(f"config error: {error}", file=sys.stderr)
         return EXIT_CONFIG
+    assert settings is not None
     if cfg.dry_run:
         print(f"server: ws://{settings.host}:{settings.port}{PATH}, max_sessions={settings.max_sessions}, "
               f"api_key={'set' if settings.api_key else 'none'}; each session gets its own")
@@ -137,7 +85,7 @@ class _Registry:
         self.count = 0
         self.refused = 0
 
-    def document(self, settings: Settings) -> dict[str, Any]:
+    def document(self, settings: ServerSettings) -> dict[str, Any]:
         def safe(session: Session) -> dict[str, Any]:
             for _ in range(3):  # the graph's threads may add a turn while we read
                 try:
@@ -160,7 +108,7 @@ def _json_response(status: http.HTTPStatus, body: dict[str, Any]) -> Any:
     return Response(status.value, status.phrase, headers, data)
 
 
-async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: Settings) -> int:
+async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: ServerSettings) -> int:
     from websockets.asyncio.server import serve
     from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
@@ -218,7 +166,7 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
         async def send(server_event: dict[str, Any]) -> None:
             await connection.send(dumps(server_event))
 
-        session = Session(session_id, cfg, specs, pipeline, settings.limits, send,
+        session = Session(session_id, cfg, specs, pipeline, settings, send,
                           sessions_dir / f"{registry.count:04d}-{session_id}", model=query.get("model", ["s2s"])[0])
         registry.active[session_id] = session
         log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,

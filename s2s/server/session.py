@@ -30,6 +30,7 @@ from s2s.metrics import Recorder
 from s2s.server import protocol
 from s2s.server.pipelines import Pipeline, override_errors
 from s2s.server.protocol import ClientEvent, ProtocolError, event
+from s2s.server.settings import ServerSettings
 from s2s.server.stages import SessionVAD, SocketSink, SocketSource, TurnCounter
 from s2s.server.tools import ClientToolbox, accepts_client_tools
 
@@ -122,7 +123,7 @@ class Session:
     """
 
     def __init__(self, session_id: str, cfg: Any, specs: list[StageSpec], pipeline: Pipeline,
-                 limits: protocol.Limits, send: Callable[[dict[str, Any]], Awaitable[None]], output_dir: Path,
+                 limits: ServerSettings, send: Callable[[dict[str, Any]], Awaitable[None]], output_dir: Path,
                  model: str = "s2s") -> None:
         self.id, self.cfg, self.specs, self.pipeline, self.limits = session_id, cfg, specs, pipeline, limits
         self._send, self.model = send, model
