@@ -34,7 +34,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TurnDetection:
     """server_vad settings; each maps onto a VAD constructor key (threshold, min_silence_ms, speech_pad_ms)."""
 
@@ -296,6 +296,39 @@ def event(kind: str, **fields: Any) -> dict[str, Any]:
 def error_event(error: ProtocolError) -> dict[str, Any]:
     return event("error", error={"type": "invalid_request_error", "code": error.code, "message": error.message,
                                  "param": error.param, "event_id": error.event_id})
+
+
+def dumps(server_event: dict[str, Any]) -> str:
+    """A server event as the text of one WebSocket frame."""
+    return json.dumps(server_event, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------- items, responses
+def user_item_id(session_id: str, turn: int) -> str:
+    """The id of the user's spoken item for ``turn`` (the same in speech_started, speech_stopped, transcript)."""
+    return f"item_{session_id[-8:]}_{turn}"
+
+
+def user_text_item(text: str) -> dict[str, Any]:
+    return {"id": new_id("item"), "object": "realtime.item", "type": "message", "role": "user",
+            "status": "completed", "content": [{"type": "input_text", "text": text}]}
+
+
+def function_output_item(call_id: str, output: str) -> dict[str, Any]:
+    return {"id": new_id("item"), "object": "realtime.item", "type": "function_call_output", "call_id": call_id,
+            "output": output}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments,
+            "status": "completed", "object": "realtime.item"}
+
+
+def assistant_item(item_id: str, transcript: str, completed: bool) -> dict[str, Any]:
+    """The spoken reply of a response; ``completed`` False when it was cut short (cancelled, failed)."""
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+            "status": "completed" if completed else "incomplete",
+            "content": [{"type": "output_audio", "transcript": transcript}]}
 
 
 def response_object(response_id: str, status: str, output: list[dict[str, Any]] | None = None,

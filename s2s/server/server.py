@@ -26,9 +26,10 @@ from s2s.config import StageSpec, describe_graph
 from s2s.config_errors import EXIT_CONFIG
 from s2s.graph import StageSetupError
 from s2s.server import protocol
+from s2s.server.outbox import Close, Send
 from s2s.server.pipelines import Pool, check_shape
-from s2s.server.protocol import ProtocolError
-from s2s.server.session import Session, dumps
+from s2s.server.protocol import ProtocolError, dumps
+from s2s.server.session import Session
 from s2s.server.settings import ServerSettings, read_settings
 from s2s.server.stages import SocketSink, SocketSource
 from s2s.stage import require
@@ -172,7 +173,7 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
         log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,
                  pool.size)
         writer = asyncio.create_task(_write(session))
-        session.say(protocol.event("session.created", session=session.session_object()))
+        session.outbox.put(Send(protocol.event("session.created", session=session.session_object())))
         status = "closed"
         try:
             while True:
@@ -189,7 +190,7 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
         except ConnectionClosed:
             status = "disconnected"
         finally:
-            session.post(("close", None))
+            session.outbox.put(Close())
             try:
                 await asyncio.wait_for(writer, 5.0)
             except (TimeoutError, ConnectionClosed, asyncio.CancelledError):
