@@ -57,7 +57,15 @@ def no_interrupts() -> Any:
 
 
 def main(cfg: DictConfig) -> int:
-    """Run one job; returns the exit code (0 ok, 1 stage failure, 2 bad config, 130/143 interrupted)."""
+    """Run one job: validate, then serve (``server=...``), print the graph (``dry_run``) or run it once.
+
+    Args:
+        cfg: the composed config (``run.py`` and Hydra compose it; tests may compose their own).
+
+    Returns:
+        The exit code: 0 ok, 1 a stage failed, 2 (``EXIT_CONFIG``) a bad config, 130/143 interrupted. After an
+        interruption or a stage that would not stop, the process may end here without interpreter teardown.
+    """
     try:
         specs = validate(cfg)
     except ConfigErrors as errors:

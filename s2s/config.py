@@ -209,7 +209,14 @@ def _must_exist(annotation: Any) -> bool:
 def check_kwargs(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
     """Bind ``kwargs`` to the constructor and check each value against its annotation.
 
-    ``cls`` is a stage, or any class whose signature is a config group's schema (the server's settings).
+    Args:
+        cls: a stage, or any class whose signature is a config group's schema (the server's settings).
+        kwargs: the config node's keys and values, ``_target_`` removed.
+        context: the group (errors are named ``<group>.<key>``) and the platform (a ``device`` must exist there).
+
+    Returns:
+        One error per unknown or missing key and per value its annotation (type, ``Literal``, ``Range``,
+        ``OneOf``, ``MUST_EXIST``) refuses; empty when all bind.
     """
     signature = inspect.signature(cls)
     errors: list[ConfigError] = []
@@ -287,7 +294,18 @@ def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
 
 
 def validate(cfg: DictConfig) -> list[StageSpec]:
-    """Check the whole composed config; return the stage specs in pipeline order or raise ``ConfigErrors``."""
+    """Check the whole composed config before anything is built or loaded.
+
+    Args:
+        cfg: the composed config.
+
+    Returns:
+        The stage specs in pipeline order (each stage's ``device`` resolved for the platform).
+
+    Raises:
+        ConfigErrors: every problem found, at once: runner keys, thread budgets, targets outside the package,
+            each stage's keys and rules, and neighbours that do not fit.
+    """
     errors: list[ConfigError] = []
     device = cfg.get("device")
     device_error: ConfigError | None = None

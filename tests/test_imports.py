@@ -1,4 +1,4 @@
-"""No import circle inside the package: each room imports only downwards.
+"""No import circle inside the package (each room imports only downwards), and no module over 400 lines.
 
 The imports are read statically (``ast``), so nothing is imported and no optional library is needed.
 """
@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT
 
@@ -127,3 +129,9 @@ def test_no_circle_even_through_deferred_imports():
     graph = import_graph(deferred=True)
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
+
+
+@pytest.mark.parametrize("name", sorted(module_names()))
+def test_every_module_stays_small(name):
+    lines = module_names()[name].read_text().count("\n")
+    assert lines <= 400, f"{name} has {lines} lines; split it (one job per module)"

@@ -197,7 +197,22 @@ def _tools(value: Any, event_id: str | None) -> list[dict[str, Any]]:
 
 
 def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionUpdate:
-    """Check a ``session.update`` against the allowlist; nothing outside it is ever applied."""
+    """Check a ``session.update`` against the allowlist; nothing outside it is ever applied.
+
+    Only the form is checked here (known keys, types, ranges); whether the session's stages accept a value
+    (a voice, VAD settings) is :meth:`SessionSettings.apply <s2s.server.session_settings.SessionSettings.apply>`'s
+    business.
+
+    Args:
+        event: the client event.
+        limits: the server's limits (instruction length, PCM16 rates).
+
+    Returns:
+        The update, with only the fields the client named set.
+
+    Raises:
+        ProtocolError: the first key that is unknown, of the wrong type or out of range.
+    """
     eid = event.event_id
     _only(event.body, {"type", "event_id", "session"}, "", eid)
     session = _field(event.body, "session", dict, "", eid)

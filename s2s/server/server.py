@@ -109,7 +109,58 @@ def _json_response(status: http.HTTPStatus, body: dict[str, Any]) -> Any:
     return Response(status.value, status.phrase, headers, data)
 
 
+def _authorized(settings: ServerSettings, header: str | None) -> bool:
+    if not settings.api_key:
+        return True
+    scheme, _, key = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), settings.api_key.encode())
+
+
+def _route(request: Any, settings: ServerSettings, registry: _Registry) -> Any:
+    """The HTTP answer to a request, or None to go on with the WebSocket handshake of :data:`PATH`.
+
+    ``/health`` answers without a key; every other path needs the API key when one is set.
+    """
+    path = urlsplit(request.path).path.rstrip("/") or "/"
+    if path == "/health":
+        return _json_response(http.HTTPStatus.OK, {"status": "ok"})
+    if not _authorized(settings, request.headers.get("Authorization")):
+        log.info("refused a connection to %s: missing or wrong API key", path)
+        return _json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
+            "type": "invalid_request_error", "code": "invalid_api_key",
+            "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>'"}})
+    if path == "/v1/sessions":
+        return _json_response(http.HTTPStatus.OK, registry.document(settings))
+    if path != PATH:
+        return _json_response(http.HTTPStatus.NOT_FOUND, {"error": {
+            "type": "invalid_request_error", "code": "not_found",
+            "message": f"no such endpoint {path}; the realtime endpoint is {PATH}"}})
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        return _json_response(http.HTTPStatus.UPGRADE_REQUIRED, {"error": {
+            "type": "invalid_request_error", "code": "websocket_required",
+            "message": f"{PATH} is a WebSocket endpoint"}})
+    return None
+
+
 async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: ServerSettings) -> int:
+    """Listen until SIGINT or SIGTERM: HTTP read-outs, and one :class:`Session` per WebSocket connection.
+
+    Each connection borrows a pipeline from ``pool`` for its whole life, or is refused with a
+    ``session_limit_reached`` error and close code 1013 when all are out. A session runs a reader (this
+    coroutine: one client frame at a time into :meth:`Session.handle`) and a writer task (the outbox into
+    the socket). When the client goes, goes quiet for ``server.idle_timeout_s``, or the server stops, the
+    writer drains, the session closes (in an executor: it joins the graph's threads) and the pipeline goes
+    back to the pool, reset.
+
+    Args:
+        cfg: the composed config; each session's graph is built from it.
+        specs: its validated stages.
+        pool: the pipelines, already set up.
+        settings: where to listen and what clients may send.
+
+    Returns:
+        0 once stopped.
+    """
     from websockets.asyncio.server import serve
     from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
@@ -120,34 +171,8 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
-    def authorized(header: str | None) -> bool:
-        if not settings.api_key:
-            return True
-        scheme, _, key = (header or "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), settings.api_key.encode())
-
-    def process_request(connection: Any, request: Any) -> Any:
-        path = urlsplit(request.path).path.rstrip("/") or "/"
-        if path == "/health":
-            return _json_response(http.HTTPStatus.OK, {"status": "ok"})
-        if not authorized(request.headers.get("Authorization")):
-            log.info("refused a connection to %s: missing or wrong API key", path)
-            return _json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
-                "type": "invalid_request_error", "code": "invalid_api_key",
-                "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>'"}})
-        if path == "/v1/sessions":
-            return _json_response(http.HTTPStatus.OK, registry.document(settings))
-        if path != PATH:
-            return _json_response(http.HTTPStatus.NOT_FOUND, {"error": {
-                "type": "invalid_request_error", "code": "not_found",
-                "message": f"no such endpoint {path}; the realtime endpoint is {PATH}"}})
-        if request.headers.get("Upgrade", "").lower() != "websocket":
-            return _json_response(http.HTTPStatus.UPGRADE_REQUIRED, {"error": {
-                "type": "invalid_request_error", "code": "websocket_required",
-                "message": f"{PATH} is a WebSocket endpoint"}})
-        return None
-
     async def handler(connection: Any) -> None:
+        """One client connection, from the session limit check to the pipeline's return to the pool."""
         pipeline = pool.acquire()
         if pipeline is None:
             registry.refused += 1
@@ -207,7 +232,8 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
                 await connection.close(1000, "idle timeout")
 
     hard_cap = settings.max_frame_bytes * FRAME_HARD_CAP
-    async with serve(handler, settings.host, settings.port, process_request=process_request, max_size=hard_cap,
+    async with serve(handler, settings.host, settings.port, max_size=hard_cap,
+                     process_request=lambda connection, request: _route(request, settings, registry),
                      compression=None) as server:
         port = server.sockets[0].getsockname()[1]
         print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="
