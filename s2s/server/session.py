@@ -135,7 +135,7 @@ class Session:
             vad = await self.loop.run_in_executor(None, self._build_vad, new.vad_overrides)
         old, self.settings = self.settings, new
         if update.instructions is not None:
-            self.pipeline.llm.system_prompt = new.instructions  # type: ignore[attr-defined]  # read at its next turn
+            self.pipeline.llm.system_prompt = new.instructions  # type: ignore[attr-defined]  # read at next turn
         if new.input_rate != old.input_rate:
             self._resampler = None
         if update.turn_detection is not None and self.graph is not None:
