@@ -1,6 +1,7 @@
 """s2s entry point: python run.py [group=option ...] [key=value ...] [-m for sweeps].
 
-Adds platform=<detected> unless given, then hands over to Hydra, which composes the config once.
+Adds platform=<detected> unless given, checks the command line (one line per problem, exit 2), then hands
+over to Hydra.
 """
 import sys
 
@@ -19,6 +20,7 @@ def main(cfg: DictConfig) -> int:
 
 
 if __name__ == "__main__":
-    cli.install()
     sys.argv = [sys.argv[0], *cli.prepare_argv(sys.argv[1:])]
+    if problems := cli.check(sys.argv[1:]):
+        cli.fail(problems)
     main()

@@ -16,8 +16,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from s2s.config import StageSpec, validate
-from s2s.config_errors import ConfigErrors
+from s2s.config import StageSpec, describe_graph, validate
+from s2s.config_errors import EXIT_CONFIG, ConfigErrors
 from s2s.graph import Graph, Interrupted, StageSetupError
 from s2s.metrics import Recorder, format_figures
 from s2s.platform import release_memory
@@ -25,21 +25,6 @@ from s2s.stage import Stage
 from s2s.torch_support import empty_caches
 
 log = logging.getLogger("s2s")
-
-EXIT_CONFIG = 2
-
-
-def describe_graph(cfg: DictConfig, specs: list[StageSpec]) -> str:
-    """The graph a run would build: one line per stage with its target and identifying values."""
-    lines = [f"graph for platform={cfg.platform.name} (device auto -> {cfg.platform.accelerator}):"]
-    width = max(len(spec.group) for spec in specs)
-    for spec in specs:
-        stage = spec.build()  # constructors are cheap by contract: no model, no heavy import
-        details = {"device": spec.kwargs["device"]} if "device" in spec.kwargs else {}
-        details.update(stage.describe())
-        shown = "  ".join(f"{key}={value}" for key, value in details.items())
-        lines.append(f"  {spec.group:<{width}}  {spec.target}  {shown}".rstrip())
-    return "\n".join(lines)
 
 
 @contextmanager
@@ -72,7 +57,15 @@ def no_interrupts() -> Any:
 
 
 def main(cfg: DictConfig) -> int:
-    """Run one job; returns the exit code (0 ok, 1 stage failure, 2 bad config, 130/143 interrupted)."""
+    """Run one job: validate, then serve (``server=...``), print the graph (``dry_run``) or run it once.
+
+    Args:
+        cfg: the composed config (``run.py`` and Hydra compose it; tests may compose their own).
+
+    Returns:
+        The exit code: 0 ok, 1 a stage failed, 2 (``EXIT_CONFIG``) a bad config, 130/143 interrupted. After an
+        interruption or a stage that would not stop, the process may end here without interpreter teardown.
+    """
     try:
         specs = validate(cfg)
     except ConfigErrors as errors:

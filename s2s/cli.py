@@ -1,16 +1,18 @@
 """Command-line front: the detected platform, and one clear line per problem where Hydra would print a page.
 
-``run.py`` hands the command line to Hydra unchanged except for ``platform=<detected>``. Hydra composes the
-config once; :func:`install` wraps that composition, so that
+``run.py`` hands the command line to Hydra unchanged except for ``platform=<detected>``. Before it does,
+:func:`check` composes the same config through Hydra's public compose API, so that
 
-* an override Hydra refuses (unknown group option, unknown key) is explained after the refusal, together with
-  every bad value among the other overrides, one line each, exit code 2;
+* an override Hydra would refuse (unknown group option, unknown key) is explained, together with every bad
+  value among the other overrides, one line each, exit code 2;
 * a ``_target_`` outside the s2s package anywhere in the composed config, ``hydra.*`` included, is refused
   before Hydra instantiates anything (only Hydra's own launcher and sweeper plugins are let through).
+
+A sweep (``-m``) is checked as its first job would be composed, and every option a group sweep names must
+exist, so a sweep is refused before its first job runs rather than halfway through.
 """
 from __future__ import annotations
 
-import functools
 import re
 import sys
 from pathlib import Path
@@ -18,11 +20,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from s2s.config_errors import ConfigErrors
+from s2s.config_errors import EXIT_CONFIG, ConfigErrors
 from s2s.platform import detect
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-EXIT_CONFIG = 2
+# Flags that make Hydra compose another config than conf/config.yaml, or none: nothing to check ahead of it.
+OTHER_CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-sc",
+                      "--shell-completion", "--experimental-rerun")
 
 
 def group_options(group: str) -> list[str]:
@@ -55,10 +59,6 @@ def prepare_argv(argv: list[str]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- refusals
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
-
 def _culprit(message: str, overrides: list[str]) -> str | None:
     found = re.search(r"Could not (?:find|load) '([^']+)'", message) or \
         re.search(r"Could not (?:override|append to|delete from) '([^']+)'", message)
@@ -128,29 +128,75 @@ def fail(problems: list[str]) -> None:
     raise SystemExit(EXIT_CONFIG)
 
 
-def install() -> None:
-    """Wrap Hydra's composition (of the run, the sweep and each sweep job) with the explanations and the check."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+def compose(overrides: list[str]) -> DictConfig:
+    """conf/config.yaml with ``overrides``, the ``hydra`` node included, as Hydra's public compose API makes it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        return hydra_compose("config", overrides=overrides, return_hydra_config=True)
+
+
+def _as_first_job(parsed: list[Any]) -> tuple[list[str], list[str]]:
+    """A sweep's overrides as its first job gets them, and the options its group sweeps name that do not exist.
+
+    Each sweep keeps its first value (for a group, its first existing option); glob and interval sweeps are
+    left to the sweeper (a glob only finds options that exist).
+    """
+    overrides: list[str] = []
+    problems: list[str] = []
+    for override in parsed:
+        if not override.is_sweep_override():
+            overrides.append(override.input_line)
+            continue
+        if override.is_interval_sweep() or override.value_type.name == "GLOB_CHOICE_SWEEP":
+            continue
+        key = override.get_key_element()
+        values = list(override.sweep_string_iterator())
+        group = override.key_or_group
+        if override.package is None and "." not in group and (CONF_DIR / group).is_dir():
+            missing = [v for v in values if v != "null" and not (CONF_DIR / group / f"{v}.yaml").exists()]
+            problems += [_explain(f"{key}={value}", None) for value in missing]
+            values = [v for v in values if v not in missing]
+        if values:
+            overrides.append(f"{key}={values[0]}")
+    return overrides, problems
+
+
+def check(argv: list[str]) -> list[str]:
+    """What is wrong with a command line (as :func:`prepare_argv` orders it), one line each; empty: let Hydra go.
+
+    The config is composed here exactly as Hydra is about to compose it. When that fails, each refused
+    override is named (:func:`explain_refusal`); when it works, every ``_target_`` in it is checked, before
+    Hydra instantiates its callbacks, launcher or sweeper. Anything else (a grammar error in an override, a
+    flag that points Hydra at another config) is left to Hydra, whose own message says it well.
+
+    Args:
+        argv: the arguments after the program name: Hydra's flags, then the overrides.
+
+    Returns:
+        The problems, each a line without the ``config error:`` prefix.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import ConfigCompositionException, MissingConfigException
 
     from s2s.config import target_errors
 
-    original = ConfigLoaderImpl.load_configuration
-    if getattr(original, "s2s_guard", False):
-        return
-
-    @functools.wraps(original)
-    def load_configuration(self: ConfigLoaderImpl, config_name: str | None, overrides: list[str], run_mode: Any,
-                           *args: Any, **kwargs: Any) -> DictConfig:
+    flags = [arg for arg in argv if not _is_override(arg)]
+    if any(flag.split("=", 1)[0] in OTHER_CONFIG_FLAGS for flag in flags):
+        return []
+    overrides = [arg for arg in argv if _is_override(arg)]
+    problems: list[str] = []
+    if "-m" in flags or "--multirun" in flags:
         try:
-            cfg = original(self, config_name, overrides, run_mode, *args, **kwargs)
-        except (MissingConfigException, ConfigCompositionException) as error:
-            def compose(subset: list[str]) -> DictConfig:
-                return original(self, config_name, subset, run_mode, *args, **kwargs)
-            fail(explain_refusal(compose, list(overrides), error))
-        if errors := target_errors(cfg):  # before Hydra instantiates its callbacks, launcher or sweeper
-            fail([str(error) for error in errors])
-        return cfg
-
-    load_configuration.s2s_guard = True  # type: ignore[attr-defined]
-    ConfigLoaderImpl.load_configuration = load_configuration  # type: ignore[method-assign]
+            parsed = OverridesParser.create().parse_overrides(overrides)
+        except Exception:  # a grammar error: Hydra's message names it
+            return []
+        overrides, problems = _as_first_job(parsed)
+    try:
+        cfg = compose(overrides)
+    except (MissingConfigException, ConfigCompositionException) as error:
+        return problems + explain_refusal(compose, overrides, error)
+    except Exception:  # grammar errors and the like: Hydra reports them in its own words
+        return problems
+    return problems + [str(error) for error in target_errors(cfg)]

@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from s2s.config_errors import ConfigError, ConfigErrors, OneOf, Range, ValidationContext
+from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
 from s2s.platform import DEVICES, resolve_device, valid_device
 from s2s.stage import Stage
 
@@ -30,7 +30,6 @@ PLUGIN_NODES = ("hydra.launcher", "hydra.sweeper")
 # logging.config.dictConfig imports whatever a handler's `class` or a factory's `()` names.
 LOGGING_NODES = ("hydra.hydra_logging", "hydra.job_logging")
 LOGGING_CALLABLES = ("logging.", "colorlog.", "hydra.")
-MUST_EXIST = "must-exist"  # marker for typing.Annotated: the path (when not None) must exist
 
 
 # Top-level keys the runner itself reads, with what they accept.
@@ -100,6 +99,27 @@ class StageSpec:
         stage = self.cls(**self.kwargs)
         stage.threads = self.threads
         return stage
+
+
+def describe_graph(cfg: DictConfig, specs: list[StageSpec]) -> str:
+    """The graph a run would build: one line per stage with its target and identifying values (a dry run's output).
+
+    Args:
+        cfg: the composed config (its platform names the line above the stages).
+        specs: the validated stages, in pipeline order; each is built, which loads nothing by the stage contract.
+
+    Returns:
+        The lines, joined, without a trailing newline.
+    """
+    lines = [f"graph for platform={cfg.platform.name} (device auto -> {cfg.platform.accelerator}):"]
+    width = max(len(spec.group) for spec in specs)
+    for spec in specs:
+        stage = spec.build()  # constructors are cheap by contract: no model, no heavy import
+        details = {"device": spec.kwargs["device"]} if "device" in spec.kwargs else {}
+        details.update(stage.describe())
+        shown = "  ".join(f"{key}={value}" for key, value in details.items())
+        lines.append(f"  {spec.group:<{width}}  {spec.target}  {shown}".rstrip())
+    return "\n".join(lines)
 
 
 def load_target(target: Any, key: str) -> type[Stage]:
@@ -191,8 +211,18 @@ def _must_exist(annotation: Any) -> bool:
     return False
 
 
-def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
-    """Bind ``kwargs`` to the constructor and check each value against its annotation."""
+def check_kwargs(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """Bind ``kwargs`` to the constructor and check each value against its annotation.
+
+    Args:
+        cls: a stage, or any class whose signature is a config group's schema (the server's settings).
+        kwargs: the config node's keys and values, ``_target_`` removed.
+        context: the group (errors are named ``<group>.<key>``) and the platform (a ``device`` must exist there).
+
+    Returns:
+        One error per unknown or missing key and per value its annotation (type, ``Literal``, ``Range``,
+        ``OneOf``, ``MUST_EXIST``) refuses; empty when all bind.
+    """
     signature = inspect.signature(cls)
     errors: list[ConfigError] = []
     known = [name for name, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD]
@@ -226,7 +256,7 @@ def check_kwargs(cls: type[Stage], kwargs: dict[str, Any], context: ValidationCo
     return errors
 
 
-def stage_rule_errors(cls: type[Stage], kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+def stage_rule_errors(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
     """What ``cls.validate_config`` says of ``kwargs`` (already checked by :func:`check_kwargs`).
 
     It receives the bound arguments with the constructor's defaults applied, so it reads every key directly.
@@ -242,7 +272,8 @@ def stage_rule_errors(cls: type[Stage], kwargs: dict[str, Any], context: Validat
     return []
 
 
-def _stage_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
+def node_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
+    """A config node's ``_target_`` and keyword arguments (resolved), with an error per missing or broken value."""
     errors: list[ConfigError] = []
     kwargs: dict[str, Any] = {}
     for key in node:
@@ -268,7 +299,18 @@ def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
 
 
 def validate(cfg: DictConfig) -> list[StageSpec]:
-    """Check the whole composed config; return the stage specs in pipeline order or raise ``ConfigErrors``."""
+    """Check the whole composed config before anything is built or loaded.
+
+    Args:
+        cfg: the composed config.
+
+    Returns:
+        The stage specs in pipeline order (each stage's ``device`` resolved for the platform).
+
+    Raises:
+        ConfigErrors: every problem found, at once: runner keys, thread budgets, targets outside the package,
+            each stage's keys and rules, and neighbours that do not fit.
+    """
     errors: list[ConfigError] = []
     device = cfg.get("device")
     device_error: ConfigError | None = None
@@ -301,7 +343,7 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
             errors.append(ConfigError("pipeline", group, "names of config groups that select a stage "
                                                           "(each needs a _target_)"))
             continue
-        target, kwargs, problems = _stage_kwargs(node, group)
+        target, kwargs, problems = node_kwargs(node, group)
         errors += problems
         try:
             cls = load_target(target, f"{group}._target_")

@@ -1,9 +1,17 @@
-"""Errors and context for config validation (kept apart so stage modules can import them cheaply)."""
+"""Errors, markers and context for config validation (kept apart so stage modules can import them cheaply).
+
+A constructor's annotations are the schema the validator reads: ``Annotated[int, Range(1)]`` bounds a number,
+``Annotated[str, OneOf(...)]`` limits a string, ``Annotated[str, MUST_EXIST]`` marks a path that must exist.
+"""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+
+EXIT_CONFIG = 2  # the exit code of every config error, from the command line, a run or the server
+MUST_EXIST = "must-exist"  # marker for typing.Annotated: the path (when not None) must exist
 
 
 class ConfigError(ValueError):

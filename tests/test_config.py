@@ -198,6 +198,25 @@ def test_cli_validation_errors_exit_2_before_loading(tmp_path):
     assert "set up" not in result.stderr + result.stdout  # no stage was set up
 
 
+def test_the_command_line_is_checked_ahead_of_hydra_through_its_public_api():
+    """cli.check composes what Hydra will compose; Hydra's internals are never patched."""
+    from s2s.cli import check
+
+    [line] = check(["tts=nope", "platform=linux"])
+    assert line.startswith("tts=nope: unknown option for config group 'tts'; valid: ") and "kokoro_onnx" in line
+    assert check(["--cfg", "job", "llm=echo", "platform=linux"]) == []
+    # a sweep: every option a group sweep names exists, and the first job composes, before any job runs
+    [line] = check(["-m", "tts=kokoro_onnx,nope", "llm=echo", "platform=linux"])
+    assert line.startswith("tts=nope: unknown option")
+    [line] = check(["-m", "tts.voice=jf_alpha,jm_kumo", "tts.pitch=1,2", "platform=linux"])
+    assert line.startswith("tts.pitch=1: unknown key 'pitch' in 'tts'")
+    assert check(["-m", "tts=glob(*,exclude=_*)", "tts.speed=1.0,1.2", "platform=linux"]) == []
+    assert check(["-cn", "another", "tts=nope"]) == []  # another config: Hydra's to compose and report
+    assert check(["tts.voice=[broken", "platform=linux"]) == []  # a grammar error: Hydra's message says it
+    for path in [ROOT / "run.py", *(ROOT / "s2s").rglob("*.py")]:
+        assert "ConfigLoaderImpl" not in path.read_text(), path
+
+
 def test_cli_cfg_job_and_dry_run_for_another_platform_load_nothing(tmp_path):
     result = run_cli("platform=macos", "--cfg", "job", "llm=echo", cwd=tmp_path, check=True)
     assert "name: macos" in result.stdout and "s2s.llm.echo.EchoLM" in result.stdout

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import numpy as np
 
 from s2s import audio
-from s2s.config import MUST_EXIST
+from s2s.config_errors import MUST_EXIST
 from s2s.config_errors import RATE, Range, ValidationContext
 from s2s.messages import AudioChunk, Data, Message, ReplyAudio
 from s2s.stage import Source, Stage

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from s2s.server.settings import ServerSettings
+
 DEFAULT_RATE = 24000  # the Realtime API's PCM16 rate
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "response.create", "response.cancel",
                  "conversation.item.create")
@@ -33,16 +35,6 @@ def new_id(prefix: str) -> str:
 
 
 @dataclass(frozen=True)
-class Limits:
-    """What a client may send (from the ``server`` config group)."""
-
-    max_frame_bytes: int = 1 << 20
-    min_rate: int = 8000
-    max_rate: int = 48000
-    max_instructions_chars: int = 20000
-
-
-@dataclass
 class TurnDetection:
     """server_vad settings; each maps onto a VAD constructor key (threshold, min_silence_ms, speech_pad_ms)."""
 
@@ -77,7 +69,7 @@ class ClientEvent:
     body: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_frame(frame: str | bytes, limits: Limits) -> ClientEvent:
+def parse_frame(frame: str | bytes, limits: ServerSettings) -> ClientEvent:
     """One WebSocket frame -> a client event of a known type (its fields are checked by the handlers)."""
     if len(frame) > limits.max_frame_bytes:
         raise ProtocolError("frame_too_large", f"frame of {len(frame)} bytes is over the limit of "
@@ -141,7 +133,7 @@ def encode_audio(samples: np.ndarray) -> str:
     return base64.b64encode(samples.astype("<i2").tobytes()).decode("ascii")
 
 
-def _rate(node: Any, where: str, limits: Limits, event_id: str | None) -> int | None:
+def _rate(node: Any, where: str, limits: ServerSettings, event_id: str | None) -> int | None:
     if not isinstance(node, dict):
         raise ProtocolError("invalid_type", f"'{where}' must be an object", where, event_id)
     _only(node, {"type", "rate"}, where + ".", event_id)
@@ -204,8 +196,23 @@ def _tools(value: Any, event_id: str | None) -> list[dict[str, Any]]:
     return tools
 
 
-def parse_session_update(event: ClientEvent, limits: Limits) -> SessionUpdate:
-    """Check a ``session.update`` against the allowlist; nothing outside it is ever applied."""
+def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionUpdate:
+    """Check a ``session.update`` against the allowlist; nothing outside it is ever applied.
+
+    Only the form is checked here (known keys, types, ranges); whether the session's stages accept a value
+    (a voice, VAD settings) is :meth:`SessionSettings.apply <s2s.server.session_settings.SessionSettings.apply>`'s
+    business.
+
+    Args:
+        event: the client event.
+        limits: the server's limits (instruction length, PCM16 rates).
+
+    Returns:
+        The update, with only the fields the client named set.
+
+    Raises:
+        ProtocolError: the first key that is unknown, of the wrong type or out of range.
+    """
     eid = event.event_id
     _only(event.body, {"type", "event_id", "session"}, "", eid)
     session = _field(event.body, "session", dict, "", eid)
@@ -304,6 +311,39 @@ def event(kind: str, **fields: Any) -> dict[str, Any]:
 def error_event(error: ProtocolError) -> dict[str, Any]:
     return event("error", error={"type": "invalid_request_error", "code": error.code, "message": error.message,
                                  "param": error.param, "event_id": error.event_id})
+
+
+def dumps(server_event: dict[str, Any]) -> str:
+    """A server event as the text of one WebSocket frame."""
+    return json.dumps(server_event, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------- items, responses
+def user_item_id(session_id: str, turn: int) -> str:
+    """The id of the user's spoken item for ``turn`` (the same in speech_started, speech_stopped, transcript)."""
+    return f"item_{session_id[-8:]}_{turn}"
+
+
+def user_text_item(text: str) -> dict[str, Any]:
+    return {"id": new_id("item"), "object": "realtime.item", "type": "message", "role": "user",
+            "status": "completed", "content": [{"type": "input_text", "text": text}]}
+
+
+def function_output_item(call_id: str, output: str) -> dict[str, Any]:
+    return {"id": new_id("item"), "object": "realtime.item", "type": "function_call_output", "call_id": call_id,
+            "output": output}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments,
+            "status": "completed", "object": "realtime.item"}
+
+
+def assistant_item(item_id: str, transcript: str, completed: bool) -> dict[str, Any]:
+    """The spoken reply of a response; ``completed`` False when it was cut short (cancelled, failed)."""
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+            "status": "completed" if completed else "incomplete",
+            "content": [{"type": "output_audio", "transcript": transcript}]}
 
 
 def response_object(response_id: str, status: str, output: list[dict[str, Any]] | None = None,

@@ -15,80 +15,28 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from s2s import sharing
-from s2s.config import StageSpec
-from s2s.config_errors import ConfigError
+from s2s.config import StageSpec, describe_graph
+from s2s.config_errors import EXIT_CONFIG
 from s2s.graph import StageSetupError
 from s2s.server import protocol
+from s2s.server.outbox import Close, Send
 from s2s.server.pipelines import Pool, check_shape
-from s2s.server.protocol import ProtocolError
-from s2s.server.session import Session, dumps
+from s2s.server.protocol import ProtocolError, dumps
+from s2s.server.session import Session
+from s2s.server.settings import ServerSettings, read_settings
 from s2s.server.stages import SocketSink, SocketSource
 from s2s.stage import require
 
 log = logging.getLogger("s2s.server")
 PATH = "/v1/realtime"
 FRAME_HARD_CAP = 4  # frames over max_frame_bytes * this close the connection (1009) instead of an error event
-
-
-@dataclass(frozen=True)
-class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8765
-    max_sessions: int = 2
-    api_key: str | None = None
-    max_frame_bytes: int = 1 << 20
-    min_rate: int = 8000
-    max_rate: int = 48000
-    max_instructions_chars: int = 20000
-    idle_timeout_s: float = 600.0
-
-    @property
-    def limits(self) -> protocol.Limits:
-        return protocol.Limits(self.max_frame_bytes, self.min_rate, self.max_rate, self.max_instructions_chars)
-
-
-def read_settings(node: DictConfig) -> tuple[Settings, list[ConfigError]]:
-    """``cfg.server`` -> Settings, with one error per unknown key or bad value (key, value, what is valid)."""
-    values = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(values, dict)
-    if values.get("api_key") == "":  # S2S_API_KEY set but empty: no key, as when it is unset
-        values["api_key"] = None
-    known = Settings.__dataclass_fields__
-    errors = [ConfigError(f"server.{key}", value, f"a known key; server takes: {', '.join(known)}")
-              for key, value in values.items() if key not in known]
-    rules: dict[str, tuple[type | tuple[type, ...], Any, str]] = {
-        "host": (str, lambda v: bool(v), "a host name or address (127.0.0.1 keeps it on this machine)"),
-        "port": (int, lambda v: 0 <= v <= 65535, "a TCP port 0-65535 (0: any free port)"),
-        "max_sessions": (int, lambda v: 1 <= v <= 64, "an integer from 1 to 64"),
-        "api_key": ((str, type(None)), lambda v: v is None or len(v) >= 8, "null or a key of 8+ characters"),
-        "max_frame_bytes": (int, lambda v: 1024 <= v <= 64 << 20, "bytes from 1024 to 67108864"),
-        "min_rate": (int, lambda v: 8000 <= v <= 192000, "a rate in Hz from 8000 to 192000"),
-        "max_rate": (int, lambda v: 8000 <= v <= 192000, "a rate in Hz from 8000 to 192000"),
-        "max_instructions_chars": (int, lambda v: v >= 1, "a positive integer"),
-        "idle_timeout_s": ((int, float), lambda v: v > 0, "a positive number of seconds"),
-    }
-    accepted = {}
-    for key, (kinds, check, expected) in rules.items():
-        if key not in values:
-            continue
-        value = values[key]
-        if isinstance(value, bool) or not isinstance(value, kinds) or not check(value):
-            errors.append(ConfigError(f"server.{key}", value, expected))
-        else:
-            accepted[key] = value
-    settings = Settings(**accepted)
-    if settings.min_rate > settings.max_rate:
-        errors.append(ConfigError("server.min_rate", settings.min_rate, f"at most server.max_rate "
-                                                                        f"({settings.max_rate})"))
-    return settings, errors
 
 
 def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
@@ -99,14 +47,13 @@ def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
 
 def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
     """Serve until SIGINT/SIGTERM; returns the exit code (0 stopped, 1 could not start, 2 bad config)."""
-    from s2s.app import describe_graph  # the same dry-run lines as a local run
-
-    settings, errors = read_settings(cfg.server)
+    settings, errors = read_settings(cfg)
     errors += check_shape(specs)
     if errors:
         for error in errors:
             print(f"config error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
+    assert settings is not None
     if cfg.dry_run:
         print(f"server: ws://{settings.host}:{settings.port}{PATH}, max_sessions={settings.max_sessions}, "
               f"api_key={'set' if settings.api_key else 'none'}; each session gets its own")
@@ -139,7 +86,7 @@ class _Registry:
         self.count = 0
         self.refused = 0
 
-    def document(self, settings: Settings) -> dict[str, Any]:
+    def document(self, settings: ServerSettings) -> dict[str, Any]:
         def safe(session: Session) -> dict[str, Any]:
             for _ in range(3):  # the graph's threads may add a turn while we read
                 try:
@@ -162,7 +109,58 @@ def _json_response(status: http.HTTPStatus, body: dict[str, Any]) -> Any:
     return Response(status.value, status.phrase, headers, data)
 
 
-async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: Settings) -> int:
+def _authorized(settings: ServerSettings, header: str | None) -> bool:
+    if not settings.api_key:
+        return True
+    scheme, _, key = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), settings.api_key.encode())
+
+
+def _route(request: Any, settings: ServerSettings, registry: _Registry) -> Any:
+    """The HTTP answer to a request, or None to go on with the WebSocket handshake of :data:`PATH`.
+
+    ``/health`` answers without a key; every other path needs the API key when one is set.
+    """
+    path = urlsplit(request.path).path.rstrip("/") or "/"
+    if path == "/health":
+        return _json_response(http.HTTPStatus.OK, {"status": "ok"})
+    if not _authorized(settings, request.headers.get("Authorization")):
+        log.info("refused a connection to %s: missing or wrong API key", path)
+        return _json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
+            "type": "invalid_request_error", "code": "invalid_api_key",
+            "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>'"}})
+    if path == "/v1/sessions":
+        return _json_response(http.HTTPStatus.OK, registry.document(settings))
+    if path != PATH:
+        return _json_response(http.HTTPStatus.NOT_FOUND, {"error": {
+            "type": "invalid_request_error", "code": "not_found",
+            "message": f"no such endpoint {path}; the realtime endpoint is {PATH}"}})
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        return _json_response(http.HTTPStatus.UPGRADE_REQUIRED, {"error": {
+            "type": "invalid_request_error", "code": "websocket_required",
+            "message": f"{PATH} is a WebSocket endpoint"}})
+    return None
+
+
+async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: ServerSettings) -> int:
+    """Listen until SIGINT or SIGTERM: HTTP read-outs, and one :class:`Session` per WebSocket connection.
+
+    Each connection borrows a pipeline from ``pool`` for its whole life, or is refused with a
+    ``session_limit_reached`` error and close code 1013 when all are out. A session runs a reader (this
+    coroutine: one client frame at a time into :meth:`Session.handle`) and a writer task (the outbox into
+    the socket). When the client goes, goes quiet for ``server.idle_timeout_s``, or the server stops, the
+    writer drains, the session closes (in an executor: it joins the graph's threads) and the pipeline goes
+    back to the pool, reset.
+
+    Args:
+        cfg: the composed config; each session's graph is built from it.
+        specs: its validated stages.
+        pool: the pipelines, already set up.
+        settings: where to listen and what clients may send.
+
+    Returns:
+        0 once stopped.
+    """
     from websockets.asyncio.server import serve
     from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
 
@@ -173,34 +171,8 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
 
-    def authorized(header: str | None) -> bool:
-        if not settings.api_key:
-            return True
-        scheme, _, key = (header or "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), settings.api_key.encode())
-
-    def process_request(connection: Any, request: Any) -> Any:
-        path = urlsplit(request.path).path.rstrip("/") or "/"
-        if path == "/health":
-            return _json_response(http.HTTPStatus.OK, {"status": "ok"})
-        if not authorized(request.headers.get("Authorization")):
-            log.info("refused a connection to %s: missing or wrong API key", path)
-            return _json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
-                "type": "invalid_request_error", "code": "invalid_api_key",
-                "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>'"}})
-        if path == "/v1/sessions":
-            return _json_response(http.HTTPStatus.OK, registry.document(settings))
-        if path != PATH:
-            return _json_response(http.HTTPStatus.NOT_FOUND, {"error": {
-                "type": "invalid_request_error", "code": "not_found",
-                "message": f"no such endpoint {path}; the realtime endpoint is {PATH}"}})
-        if request.headers.get("Upgrade", "").lower() != "websocket":
-            return _json_response(http.HTTPStatus.UPGRADE_REQUIRED, {"error": {
-                "type": "invalid_request_error", "code": "websocket_required",
-                "message": f"{PATH} is a WebSocket endpoint"}})
-        return None
-
     async def handler(connection: Any) -> None:
+        """One client connection, from the session limit check to the pipeline's return to the pool."""
         pipeline = pool.acquire()
         if pipeline is None:
             registry.refused += 1
@@ -220,13 +192,13 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
         async def send(server_event: dict[str, Any]) -> None:
             await connection.send(dumps(server_event))
 
-        session = Session(session_id, cfg, specs, pipeline, settings.limits, send,
+        session = Session(session_id, cfg, specs, pipeline, settings, send,
                           sessions_dir / f"{registry.count:04d}-{session_id}", model=query.get("model", ["s2s"])[0])
         registry.active[session_id] = session
         log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,
                  pool.size)
         writer = asyncio.create_task(_write(session))
-        session.say(protocol.event("session.created", session=session.session_object()))
+        session.outbox.put(Send(protocol.event("session.created", session=session.session_object())))
         status = "closed"
         try:
             while True:
@@ -243,7 +215,7 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
         except ConnectionClosed:
             status = "disconnected"
         finally:
-            session.post(("close", None))
+            session.outbox.put(Close())
             try:
                 await asyncio.wait_for(writer, 5.0)
             except (TimeoutError, ConnectionClosed, asyncio.CancelledError):
@@ -260,7 +232,8 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
                 await connection.close(1000, "idle timeout")
 
     hard_cap = settings.max_frame_bytes * FRAME_HARD_CAP
-    async with serve(handler, settings.host, settings.port, process_request=process_request, max_size=hard_cap,
+    async with serve(handler, settings.host, settings.port, max_size=hard_cap,
+                     process_request=lambda connection, request: _route(request, settings, registry),
                      compression=None) as server:
         port = server.sockets[0].getsockname()[1]
         print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="

@@ -18,6 +18,7 @@ from s2s.messages import AudioChunk, Data, Message, ReplyAudio
 from s2s.stage import Source, Stage
 
 _END = None  # marks the end of a session's input
+PIPELINE_RATE = 16000  # the rate a session feeds its graph: the unit of the session's input clock
 
 
 class SocketSource(Source):
@@ -30,7 +31,7 @@ class SocketSource(Source):
     live = True  # it keeps producing while the assistant speaks, like a microphone
     emits = (AudioChunk,)
 
-    def __init__(self, sample_rate: int = 16000) -> None:
+    def __init__(self, sample_rate: int = PIPELINE_RATE) -> None:
         self.sample_rate = sample_rate
         self._inbox: queue.Queue[np.ndarray | None] = queue.Queue()
 

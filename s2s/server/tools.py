@@ -5,16 +5,22 @@ definitions, same prompted format, same ``run``), so every LLM backend's tool ca
 ``run`` hands the call to the session, which sends ``response.function_call_arguments.done`` and ends that
 response; the LLM's thread then waits until the client's ``function_call_output`` arrives with the next
 ``response.create``, and the reply goes on in the same turn, as a new response.
+
+A :class:`ToolBridge` is the session's side of it: it installs the toolbox in the LLM while the session has
+tools, and remembers every call the client was told of (its name, arguments and turn).
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from s2s.llm.base import LLMStage
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
+from s2s.server.outbox import ToolCalled
 from s2s.server.protocol import new_id
 
 WAIT_S = 120.0  # the longest an LLM waits for a client's function_call_output
@@ -83,3 +89,71 @@ def accepts_client_tools(llm: Any) -> str | None:
     if llm.tools:
         return f"this server's LLM runs its own tools (llm.tools={llm.tools}); client tools would mix with them"
     return None
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call the client was told of: its function, its arguments (JSON text) and the turn it belongs to."""
+
+    call_id: str
+    name: str
+    arguments: str
+    turn: int
+
+
+class ToolBridge:
+    """The session's client tools: the toolbox in its LLM, and the calls made so far.
+
+    Args:
+        llm: the session's pooled LLM stage.
+        announce: called (in the LLM's thread) with each call the model makes, to tell the client.
+    """
+
+    def __init__(self, llm: Any, announce: Callable[[ToolCalled], None]) -> None:
+        self.llm, self._announce = llm, announce
+        self._toolbox: ClientToolbox | None = None
+        self._calls: dict[str, Call] = {}
+
+    def problem(self, tools: list[dict[str, Any]]) -> str | None:
+        """Why the LLM cannot take ``tools``, or None (an empty list is always fine: it takes tools away)."""
+        return accepts_client_tools(self.llm) if tools else None
+
+    def install(self, tools: list[dict[str, Any]], tool_choice: str) -> None:
+        """Hand ``tools`` to the LLM (or take them away), from its next turn on; waiting calls are woken."""
+        self.release()
+        if tools and tool_choice != "none":
+            self._toolbox = ClientToolbox(tools, self._called)
+            self.llm.use_tools(self._toolbox)
+        elif self._toolbox is not None:
+            self._toolbox = None
+            self.llm.use_tools(None)
+
+    def _called(self, call_id: str, call: ToolCall) -> None:
+        self._announce(ToolCalled(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False)))
+
+    def record(self, call: ToolCalled, turn: int) -> None:
+        """The client was told of ``call`` as part of the reply to ``turn``."""
+        self._calls[call.call_id] = Call(call.call_id, call.name, call.arguments, turn)
+
+    def call(self, call_id: str) -> Call | None:
+        return self._calls.get(call_id)
+
+    def waiting(self, call_id: str) -> bool:
+        """The LLM waits for this call's output (it has not timed out or been released)."""
+        return self._toolbox is not None and self._toolbox.waiting(call_id)
+
+    def deliver(self, call_id: str, output: str) -> bool:
+        """The client's output for a waiting call; False when it came too late."""
+        return self._toolbox is not None and self._toolbox.deliver(call_id, output)
+
+    def release(self) -> None:
+        """Wake every waiting call (its reply was cancelled): the LLM's thread must not hang."""
+        if self._toolbox is not None:
+            self._toolbox.release()
+
+    def close(self) -> None:
+        """The session ends: wake waiting calls and take the tools away from the pooled LLM."""
+        if self._toolbox is not None:
+            self._toolbox.release()
+            self._toolbox = None
+            self.llm.use_tools(None)

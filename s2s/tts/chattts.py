@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from s2s import torch_support
-from s2s.config import MUST_EXIST
+from s2s.config_errors import MUST_EXIST
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.stage import require
 from s2s.tts.base import TTSStage

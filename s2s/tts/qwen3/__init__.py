@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from s2s.config import MUST_EXIST
+from s2s.config_errors import MUST_EXIST
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.models import model_folder_error
 from s2s.tts.base import TTSStage

@@ -1,0 +1,188 @@
+"""What a session's writer sends, as typed messages, and the one way to queue them: :meth:`Outbox.put`.
+
+The handlers (event loop), the graph's threads (through :class:`GraphObserver`) and the tool calls (the
+LLM's thread) all put messages here; one writer takes them in order and has them translated into server
+events, so events keep their order whoever produced them.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from s2s.graph import RunResult
+from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted,
+                          Transcript, TurnConfirmed, TurnDiscarded, TurnEnd)
+from s2s.metrics import Recorder
+
+
+@dataclass(frozen=True)
+class Send:
+    """A server event that is ready as it is (``session.updated``, ``conversation.item.created``, ``error``)."""
+
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class UserStarted:
+    """The VAD heard the user start ``turn``."""
+
+    turn: int
+
+
+@dataclass(frozen=True)
+class UserStopped:
+    """The user's ``turn`` ended at ``end_s`` on the input clock."""
+
+    turn: int
+    end_s: float
+
+
+@dataclass(frozen=True)
+class UserHeard:
+    """The transcript of ``turn`` (spoken, or typed and handed to the LLM): its response is made now."""
+
+    turn: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplyWords:
+    """A piece of the reply's text."""
+
+    turn: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ReplySound:
+    """A block of reply audio, at the TTS's rate."""
+
+    audio: ReplyAudio
+
+
+@dataclass(frozen=True)
+class ReplyOver:
+    """Everything of the reply to ``turn`` reached the sink."""
+
+    turn: int
+
+
+@dataclass(frozen=True)
+class ToolCalled:
+    """The LLM called a client tool; ``arguments`` is the JSON text the client gets."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolOutputs:
+    """The client's outputs for calls the LLM waits on: the turn goes on, as a new response."""
+
+    outputs: tuple[tuple[str, str], ...]  # (call_id, output)
+
+
+@dataclass(frozen=True)
+class CancelReply:
+    """End the response to ``turn`` as cancelled (``response.cancel``)."""
+
+    turn: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class GraphEnded:
+    """The session's graph stopped (it failed, or the input ended)."""
+
+    result: RunResult
+
+
+@dataclass(frozen=True)
+class Close:
+    """The session is over: the writer stops."""
+
+
+OutboxMessage = (Send | UserStarted | UserStopped | UserHeard | ReplyWords | ReplySound | ReplyOver | ToolCalled
+                 | ToolOutputs | CancelReply | GraphEnded | Close)
+
+
+class Outbox:
+    """The writer's queue; :meth:`put` is callable from any thread and keeps the order of the calls.
+
+    Args:
+        loop: the event loop the writer runs in.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[OutboxMessage] = asyncio.Queue()
+
+    def put(self, message: OutboxMessage) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, message)
+        except RuntimeError:  # the event loop is gone (server stopping): nothing left to tell
+            pass
+
+    async def get(self) -> OutboxMessage:
+        return await self._queue.get()
+
+
+class GraphObserver:
+    """The session's view of its graph: every figure goes to the Recorder, what the client hears of to the outbox.
+
+    A speculative turn's messages wait until the VAD confirms the turn, and are dropped if it discards it: the
+    client never hears of an attempt that did not stand.
+
+    Args:
+        recorder: the session's metrics.
+        outbox: where the messages go.
+        vad_stage: the VAD's name (control messages pass every stage; they count once, from it).
+        last_stage: the sink's name (a turn's reply is over when its TurnEnd leaves the sink).
+    """
+
+    def __init__(self, recorder: Recorder, outbox: Outbox, vad_stage: str, last_stage: str) -> None:
+        self.recorder, self.outbox, self.vad_stage, self.last_stage = recorder, outbox, vad_stage, last_stage
+        self._pending: dict[int, list[OutboxMessage]] = {}  # speculative turns: messages wait for confirmation
+        self._lock = threading.Lock()
+
+    def _put(self, turn: int, message: OutboxMessage) -> None:
+        """Send now, or once ``turn`` is confirmed."""
+        with self._lock:
+            if turn in self._pending:
+                self._pending[turn].append(message)
+                return
+        self.outbox.put(message)
+
+    def on_input(self, stage: str, message: Data, now: float) -> None:
+        self.recorder.on_input(stage, message, now)
+
+    def on_done(self, stage: str, message: Data, now: float) -> None:
+        self.recorder.on_done(stage, message, now)
+
+    def on_output(self, stage: str, message: Message, now: float) -> None:
+        self.recorder.on_output(stage, message, now)
+        if isinstance(message, SpeechStarted) and stage == self.vad_stage:
+            self.outbox.put(UserStarted(message.turn))
+        elif isinstance(message, SpeechSegment):
+            if message.speculative:
+                with self._lock:
+                    self._pending.setdefault(message.turn, [])
+            self._put(message.turn, UserStopped(message.turn, message.end_s))
+        elif isinstance(message, (TurnConfirmed, TurnDiscarded)) and stage == self.vad_stage:
+            with self._lock:
+                held = self._pending.pop(message.turn, [])
+            if isinstance(message, TurnConfirmed):
+                for item in held:
+                    self.outbox.put(item)
+        elif isinstance(message, Transcript):
+            self._put(message.turn, UserHeard(message.turn, message.text))
+        elif isinstance(message, ReplyText):
+            self._put(message.turn, ReplyWords(message.turn, message.text))
+        elif isinstance(message, TurnEnd) and stage == self.last_stage:
+            self.outbox.put(ReplyOver(message.turn))
+
+    def on_metric(self, stage: str, metric: Metric) -> None:
+        self.recorder.on_metric(stage, metric)

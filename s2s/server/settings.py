@@ -1,0 +1,69 @@
+"""The server's settings and limits, declared once: the ``server`` config group binds to this signature.
+
+conf/server/realtime.yaml gives the values; the annotations below are the only statement of what each may
+be, and the config validator (:func:`s2s.config.check_kwargs`) reads them, as it reads a stage's constructor.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from omegaconf import DictConfig
+
+from s2s.config import check_kwargs, node_kwargs, stage_rule_errors, validation_context
+from s2s.config_errors import RATE, ConfigError, ConfigErrors, Range, ValidationContext
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Where the server listens, who may connect, and what a client may send.
+
+    Args:
+        host: bind address (127.0.0.1 keeps it on this machine).
+        port: TCP port; 0 takes any free one.
+        max_sessions: concurrent sessions, each holding one pooled pipeline.
+        api_key: when set (8+ characters), connections must send ``Authorization: Bearer <key>``.
+        max_frame_bytes: a client frame above this gets an error event.
+        min_rate: lowest PCM16 rate a client may name in ``session.update``.
+        max_rate: highest such rate.
+        max_instructions_chars: longest ``session.update`` instructions accepted.
+        idle_timeout_s: a session without a client event for this long is closed.
+    """
+
+    host: str
+    port: Annotated[int, Range(0, 65535)]
+    max_sessions: Annotated[int, Range(1, 64)]
+    api_key: str | None
+    max_frame_bytes: Annotated[int, Range(1024, 64 << 20)]
+    min_rate: Annotated[int, RATE]
+    max_rate: Annotated[int, RATE]
+    max_instructions_chars: Annotated[int, Range(1)]
+    idle_timeout_s: Annotated[float, Range(0, exclusive=True)]
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        """The rules one annotation cannot state: a host, a key long enough, and rates in order."""
+        errors = []
+        if not kwargs["host"]:
+            errors.append(context.error("host", kwargs["host"], "a host name or address (127.0.0.1 keeps it on "
+                                                                "this machine)"))
+        if kwargs["api_key"] is not None and len(kwargs["api_key"]) < 8:
+            errors.append(context.error("api_key", "<hidden>", "null or a key of 8+ characters"))
+        if kwargs["min_rate"] > kwargs["max_rate"]:
+            errors.append(context.error("min_rate", kwargs["min_rate"], f"at most server.max_rate "
+                                                                        f"({kwargs['max_rate']})"))
+        if errors:
+            raise ConfigErrors(errors)
+
+
+def read_settings(cfg: DictConfig) -> tuple[ServerSettings | None, list[ConfigError]]:
+    """``cfg.server`` bound to :class:`ServerSettings`: the settings, or None and one error per bad key."""
+    _, kwargs, errors = node_kwargs(cfg.server, "server")
+    if kwargs.get("api_key") == "":  # S2S_API_KEY set but empty: no key, as when it is unset
+        kwargs["api_key"] = None
+    context = validation_context(cfg, "server")
+    reported = {error.key for error in errors}
+    errors += [e for e in check_kwargs(ServerSettings, kwargs, context) if e.key not in reported]
+    if not errors:
+        errors = stage_rule_errors(ServerSettings, kwargs, context)
+    return (None, errors) if errors else (ServerSettings(**kwargs), [])

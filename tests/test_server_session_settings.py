@@ -1,0 +1,109 @@
+"""A session's settings: an update is checked whole and applies all or nothing; the view shows what is in effect."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import compose_config
+from s2s.config import validate
+from s2s.server.protocol import ProtocolError, SessionUpdate, TurnDetection
+from s2s.server.session_settings import SessionSettings, StageRules
+
+VAD = {"threshold": 0.5, "min_silence_ms": 700, "speech_pad_ms": 100, "onnx": True}
+
+
+class Rules:
+    """Stand-in for what the stages accept: every value is fine unless named here."""
+
+    def __init__(self, locked=False, voices=("jf_alpha", "jm_kumo"), takes_instructions=True, tools=True,
+                 max_threshold=0.9):
+        self.locked, self.voices, self.takes_instructions, self.tools = locked, voices, takes_instructions, tools
+        self.max_threshold = max_threshold
+
+    def voice_locked(self):
+        return self.locked
+
+    def voice_problem(self, voice):
+        return None if voice in self.voices else f"voice={voice} is not accepted"
+
+    def instructions_problem(self):
+        return None if self.takes_instructions else "llm EchoStub takes no instructions"
+
+    def vad_problem(self, overrides):
+        return "threshold too high" if overrides.get("threshold", 0) > self.max_threshold else None
+
+    def tools_problem(self, tools):
+        return None if self.tools or not tools else "this LLM has no tool calling"
+
+
+def initial() -> SessionSettings:
+    return SessionSettings(instructions="Be kind.", voice="jf_alpha", vad_defaults=VAD)
+
+
+TOOL = {"type": "function", "name": "get_weather", "description": "", "parameters": {"type": "object"}}
+
+
+def test_an_update_changes_only_what_it_names_and_returns_new_settings():
+    settings = initial()
+    new = settings.apply(SessionUpdate(instructions="Be brief.", output_rate=16000), Rules())
+    assert (new.instructions, new.output_rate, new.voice, new.input_rate) == ("Be brief.", 16000, "jf_alpha", 24000)
+    assert settings.instructions == "Be kind." and settings.output_rate == 24000  # a value: the old one stays
+    detection = TurnDetection(threshold=0.6, silence_duration_ms=400)
+    new = new.apply(SessionUpdate(turn_detection=detection, tools=[TOOL], tool_choice="none"), Rules())
+    assert new.vad_overrides == {"threshold": 0.6, "min_silence_ms": 400} and new.instructions == "Be brief."
+    assert new.tools == [TOOL] and new.tool_choice == "none"
+
+
+@pytest.mark.parametrize("update,rules,code,param", [
+    (SessionUpdate(instructions="Hi.", voice="alloy"), Rules(), "invalid_value", "session.audio.output.voice"),
+    (SessionUpdate(instructions="Hi.", voice="jm_kumo"), Rules(locked=True), "cannot_update_voice",
+     "session.audio.output.voice"),
+    (SessionUpdate(voice="jm_kumo", instructions="Hi."), Rules(takes_instructions=False), "invalid_value",
+     "session.instructions"),
+    (SessionUpdate(instructions="Hi.", turn_detection=TurnDetection(threshold=0.95)), Rules(), "invalid_value",
+     "session.audio.input.turn_detection"),
+    (SessionUpdate(instructions="Hi.", output_rate=16000, tools=[TOOL]), Rules(tools=False),
+     "tools_not_supported", "session.tools"),
+])
+def test_one_bad_part_refuses_the_whole_update(update, rules, code, param):
+    settings = initial()
+    with pytest.raises(ProtocolError) as refused:
+        settings.apply(update, rules, "evt_1")
+    assert (refused.value.code, refused.value.param, refused.value.event_id) == (code, param, "evt_1")
+    assert settings == initial()  # nothing of the good parts was applied
+
+
+def test_the_voice_may_be_named_again_once_locked_and_tools_may_always_be_taken_away():
+    settings = initial()
+    assert settings.apply(SessionUpdate(voice="jf_alpha"), Rules(locked=True)).voice == "jf_alpha"
+    assert settings.apply(SessionUpdate(tools=[]), Rules(tools=False)).tools == []
+
+
+def test_the_view_shows_the_effective_settings():
+    settings = initial().apply(SessionUpdate(input_rate=16000, voice="jm_kumo", tools=[TOOL],
+                                             turn_detection=TurnDetection(silence_duration_ms=300,
+                                                                          interrupt_response=False)), Rules())
+    view = settings.view("sess_1", "s2s-test", "tiny.en")
+    assert (view["id"], view["model"], view["instructions"], view["tools"]) == ("sess_1", "s2s-test", "Be kind.",
+                                                                                 [TOOL])
+    audio_in, audio_out = view["audio"]["input"], view["audio"]["output"]
+    assert audio_in["format"]["rate"] == 16000 and audio_out == {"format": {"type": "audio/pcm", "rate": 24000},
+                                                                 "voice": "jm_kumo"}
+    assert audio_in["transcription"] == {"model": "tiny.en"}
+    detection = audio_in["turn_detection"]  # the client's value where it gave one, the configured VAD's elsewhere
+    assert (detection["threshold"], detection["silence_duration_ms"], detection["prefix_padding_ms"]) == (0.5, 300,
+                                                                                                         100)
+    assert detection["interrupt_response"] is False and detection["create_response"] is True
+
+
+def test_stage_rules_ask_the_configured_stages(tmp_path):
+    cfg = compose_config(["llm=echo", "server=realtime"], tmp_path)
+    specs = {spec.group: spec for spec in validate(cfg)}
+    rules = StageRules(cfg, specs["vad"], specs["tts"], specs["llm"].build(), lambda: False)
+    assert rules.voice_problem("jm_kumo") is None
+    problem = rules.voice_problem("alloy")
+    assert problem.startswith("voice=alloy is not accepted by tts=KokoroOnnxTTS; expected one of") and \
+        "jf_alpha" in problem
+    assert rules.vad_problem({"threshold": 3}).startswith("threshold=3 is not accepted by vad=SileroVAD")
+    assert rules.vad_problem({"threshold": 0.4, "min_silence_ms": 400}) is None
+    assert rules.instructions_problem() is None and rules.tools_problem([]) is None
+    assert not rules.voice_locked()

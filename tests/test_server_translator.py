@@ -1,0 +1,169 @@
+"""Outbox messages in, server events out: the translator and the outbox, without a socket or a graph."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+
+import numpy as np
+
+from s2s.graph import RunResult, StageFailure
+from s2s.llm.echo import EchoLM
+from s2s.messages import ReplyAudio, SpeechSegment, Transcript, TurnConfirmed, TurnDiscarded
+from s2s.server.outbox import (CancelReply, GraphEnded, GraphObserver, Outbox, ReplyOver, ReplySound, ReplyWords,
+                               Send, ToolCalled, ToolOutputs, UserHeard, UserStarted, UserStopped)
+from s2s.server.protocol import TurnDetection
+from s2s.server.responses import ResponseQueue
+from s2s.server.session_settings import SessionSettings
+from s2s.server.tools import ToolBridge
+from s2s.server.translator import DELTA_S, Translator
+
+TOOL = {"type": "function", "name": "get_weather", "description": "", "parameters": {"type": "object"}}
+
+
+class Recorder:
+    """What the translator reads of the metrics: nothing recorded (a spoken turn's duration is then 0)."""
+
+    turns: dict = {}
+
+    def on_input(self, *args):
+        pass
+
+    on_done = on_output = on_metric = on_input
+
+
+def translator(interrupt=True):
+    llm = EchoLM()
+    llm.history_turns = 2
+    settings = SessionSettings(instructions=None, voice="jf_alpha",
+                               turn_detection=TurnDetection(interrupt_response=interrupt))
+    calls = []
+    tools = ToolBridge(llm, calls.append)
+    return Translator("sess_0123456789", ResponseQueue(), tools, Recorder(), llm, lambda: settings, lambda: 32000)
+
+
+def run(translate, *messages):
+    events = []
+    for message in messages:
+        events += translate.translate(message)
+    return events
+
+
+def types(events):
+    return [event["type"] for event in events]
+
+
+def test_a_spoken_turn_and_its_reply():
+    t = translator()
+    events = run(t, UserStarted(0), UserStopped(0, 1.5), UserHeard(0, "Hello?"), ReplyWords(0, "Hi."),
+                 ReplyWords(0, "How are you?"), ReplySound(ReplyAudio(np.zeros(24000, np.float32), 24000, 0)),
+                 ReplyOver(0))
+    assert types(events) == ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
+                             "conversation.item.input_audio_transcription.completed", "response.created",
+                             "response.output_audio_transcript.delta", "response.output_audio_transcript.delta",
+                             *["response.output_audio.delta"] * int(1 / DELTA_S), "response.output_audio.done",
+                             "response.output_audio_transcript.done", "response.done"]
+    assert events[0]["audio_start_ms"] == 2000 and events[1]["audio_end_ms"] == 1500  # the input clock
+    assert events[0]["item_id"] == events[2]["item_id"] == "item_23456789_0"
+    assert [e["delta"] for e in events[4:6]] == ["Hi.", " How are you?"]
+    audio = b"".join(base64.b64decode(e["delta"]) for e in events if e["type"] == "response.output_audio.delta")
+    assert len(audio) == 2 * 24000  # PCM16 at the session's output rate
+    done = events[-1]["response"]
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["transcript"] == "Hi. How are you?"
+    assert t.responses.counts["completed"] == 1
+
+
+def test_a_typed_turn_has_no_transcription_event():
+    t = translator()
+    t.typed_turns.add(3)
+    assert types(run(t, UserHeard(3, "Typed."))) == ["response.created"]
+
+
+def test_speech_over_a_reply_cancels_it_when_it_may_interrupt():
+    t = translator()
+    run(t, UserHeard(0, "Tell me a story."), ReplyWords(0, "Once upon a time."))
+    events = run(t, UserStarted(1))
+    assert types(events) == ["input_audio_buffer.speech_started", "response.output_audio.done",
+                             "response.output_audio_transcript.done", "response.done"]
+    assert events[-1]["response"]["status_details"] == {"type": "cancelled", "reason": "turn_detected"}
+    assert events[-1]["response"]["output"][0]["status"] == "incomplete"
+    assert run(t, ReplyWords(0, "There was a dog.")) == []  # nothing more of it reaches the client
+    # what the client heard stays in the LLM's history
+    assert {"role": "assistant", "content": "Once upon a time."} in t.llm.chat_messages("And then?")
+    quiet = translator(interrupt=False)
+    run(quiet, UserHeard(0, "Tell me a story."))
+    assert types(run(quiet, UserStarted(1))) == ["input_audio_buffer.speech_started"]
+
+
+def test_a_cancelled_reply_ends_and_the_next_turn_is_answered():
+    t = translator()
+    first = run(t, UserHeard(0, "One."))[-1]["response"]["id"]
+    assert types(run(t, UserHeard(1, "Two."))) == ["conversation.item.input_audio_transcription.completed"]
+    events = run(t, CancelReply(0, "client_cancelled"))
+    assert types(events) == ["response.output_audio.done", "response.output_audio_transcript.done",
+                             "response.done", "response.created"]
+    assert events[2]["response"]["id"] == first and events[3]["response"]["id"] != first
+
+
+def test_a_tool_call_ends_the_response_and_the_outputs_continue_the_turn():
+    t = translator()
+    t.tools.install([TOOL], "auto")
+    run(t, UserHeard(0, "Weather in Paris?"))
+    events = run(t, ToolCalled("call_1", "get_weather", '{"city": "Paris"}'))
+    assert types(events) == ["response.function_call_arguments.done", "response.output_audio.done",
+                             "response.output_audio_transcript.done", "response.done"]
+    assert events[0]["call_id"] == "call_1" and events[0]["output_index"] == 1
+    call_item = events[-1]["response"]["output"][-1]
+    assert (call_item["type"], call_item["call_id"], call_item["name"]) == ("function_call", "call_1", "get_weather")
+    assert t.tools.call("call_1").turn == 0  # recorded: the client's output may name it
+    events = run(t, ToolOutputs((("call_1", "sunny"),)))  # no LLM thread waits here: delivered too late
+    assert types(events) == ["response.created"]
+    assert types(run(t, ReplyWords(0, "It is sunny."), ReplyOver(0)))[-1] == "response.done"
+
+
+def test_a_stopped_graph_fails_what_is_open_and_says_why():
+    t = translator()
+    run(t, UserHeard(0, "Hello?"))
+    failure = StageFailure("tts", RuntimeError("boom"), "")
+    events = run(t, GraphEnded(RunResult("failed", failure)))
+    assert types(events) == ["response.output_audio.done", "response.output_audio_transcript.done",
+                             "response.done", "error"]
+    assert events[2]["response"]["status"] == "failed" and "boom" in events[-1]["error"]["message"]
+    assert run(t, GraphEnded(RunResult("completed"))) == []
+    assert run(t, Send({"type": "session.updated"})) == [{"type": "session.updated"}]
+
+
+def test_the_outbox_keeps_the_order_of_puts_from_any_thread_and_outlives_its_loop():
+    async def main():
+        outbox = Outbox(asyncio.get_running_loop())
+        outbox.put(Send({"n": 0}))
+        thread = threading.Thread(target=lambda: [outbox.put(Send({"n": n})) for n in (1, 2)])
+        thread.start()
+        thread.join()
+        outbox.put(Send({"n": 3}))
+        return outbox, [(await outbox.get()).event["n"] for _ in range(4)]
+
+    outbox, order = asyncio.run(main())
+    assert order == [0, 1, 2, 3]
+    outbox.put(Send({"n": 4}))  # the loop is closed: nothing to tell, and no error
+
+
+def test_the_observer_holds_a_speculative_turn_until_it_is_confirmed():
+    put = []
+
+    class Box:
+        def put(self, message):
+            put.append(message)
+
+    observer = GraphObserver(Recorder(), Box(), "vad", "sink")
+    segment = SpeechSegment(np.zeros(160, np.float32), 16000, 0, 0.0, 0.5, speculative=True)
+    observer.on_output("vad", segment, 0.0)
+    observer.on_output("stt", Transcript("Hello", 0), 0.0)
+    assert put == []
+    observer.on_output("vad", TurnConfirmed(0, 0.7), 0.0)
+    assert put == [UserStopped(0, 0.5), UserHeard(0, "Hello")]
+    again = SpeechSegment(np.zeros(160, np.float32), 16000, 1, 1.0, 1.5, speculative=True)
+    observer.on_output("vad", again, 0.0)
+    observer.on_output("stt", Transcript("Hel", 1), 0.0)
+    observer.on_output("vad", TurnDiscarded(1), 0.0)
+    assert put == [UserStopped(0, 0.5), UserHeard(0, "Hello")]  # the discarded attempt never reaches the client
