@@ -208,7 +208,7 @@ def test_the_command_line_is_checked_ahead_of_hydra_through_its_public_api():
     # a sweep: every option a group sweep names exists, and the first job composes, before any job runs
     [line] = check(["-m", "tts=kokoro_onnx,nope", "llm=echo", "platform=linux"])
     assert line.startswith("tts=nope: unknown option")
-    [line] = check(["-m", "tts.voice=jf_alpha,jm_kumo", "tts.pitch=1,2", "platform=linux"])
+    [line] = check(["-m", "tts=kokoro_onnx", "tts.voice=jf_alpha,jm_kumo", "tts.pitch=1,2", "platform=linux"])
     assert line.startswith("tts.pitch=1: unknown key 'pitch' in 'tts'")
     assert check(["-m", "tts=glob(*,exclude=_*)", "tts.speed=1.0,1.2", "platform=linux"]) == []
     assert check(["-cn", "another", "tts=nope"]) == []  # another config: Hydra's to compose and report

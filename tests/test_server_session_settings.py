@@ -96,7 +96,7 @@ def test_the_view_shows_the_effective_settings():
 
 
 def test_stage_rules_ask_the_configured_stages(tmp_path):
-    cfg = compose_config(["llm=echo", "server=realtime"], tmp_path)
+    cfg = compose_config(["llm=echo", "tts=kokoro_onnx", "server=realtime"], tmp_path)
     specs = {spec.group: spec for spec in validate(cfg)}
     rules = StageRules(cfg, specs["vad"], specs["tts"], specs["llm"].build(), lambda: False)
     assert rules.voice_problem("jm_kumo") is None
