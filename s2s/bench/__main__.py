@@ -5,6 +5,9 @@ python -m s2s.bench server --sessions N --seconds T: a bounded load on the realt
 python -m s2s.bench latency [FILES...] [key=value ...] [--versus "key=value ..."]: voice-to-voice from the end of
 speech, realtime-paced; --versus runs every file a second time with more overrides, interleaved, for a ratio.
 
+python -m s2s.bench answers [key=value ...]: the LLM stage alone on the answer set (spoken-style questions with
+the key words of a right answer): hit or miss per question, the score, first-5-words latency, peak memory.
+
 The TTS benchmark is a config option instead (conf/experiment/), so it sweeps like everything else:
 python run.py -m experiment=tts_benchmark tts=...
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from s2s.bench.answers import bench_answers
 from s2s.bench.latency import bench_latency
 from s2s.bench.runner import bench_runner, report
 from s2s.bench.server import add_arguments as add_server_arguments
@@ -37,7 +41,14 @@ def main(argv: list[str] | None = None) -> int:
                          help="silence fed after each file (default 2 s; the reply is measured, not heard out)")
     latency.add_argument("--versus", metavar="'key=value ...'", type=str.split, default=None,
                          help="also run every file with these overrides added (interleaved) and print the ratio")
+    answers = commands.add_parser("answers", help="the LLM stage alone on the answer set: score and latency")
+    answers.add_argument("overrides", nargs="*", metavar="key=value",
+                         help="config overrides such as llm=ctranslate2 llm.compute_type=float32")
     args = parser.parse_args(argv)
+    if args.command == "answers":
+        if not all("=" in item for item in args.overrides):
+            parser.error(f"answers takes key=value overrides, got {' '.join(args.overrides)!r}")
+        return bench_answers(args.overrides)
     if args.command == "latency":
         overrides = [item for item in args.inputs if "=" in item]
         if args.versus is not None and not all("=" in item for item in args.versus):
