@@ -309,7 +309,7 @@ def test_smollm2_answers_most_factual_questions(smollm2):
         smollm2.reset()
         replies.append((" ".join(spoken(smollm2.process(Transcript(question, turn, "en")))), keys))
     hits = sum(hit(reply, keys) for reply, keys in replies)
-    assert hits >= 6, replies  # measured 9 of 10 on an AMD EPYC (int8 rounding depends on the CPU)
+    assert hits >= 6, replies  # measured 8 of 10 on an AMD EPYC (int8 rounding depends on the CPU)
 
 
 @pytest.mark.slow
