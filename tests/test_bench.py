@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -139,3 +140,42 @@ def test_latency_benchmark_prints_true_voice_to_voice_per_file_and_percentiles(t
     assert report["versus"] == ["runner.first_audio_wait_s=0"] and (folder / "00-vs" / "metrics.json").exists()
     assert "morning" in other["transcript"].lower() and other["voice_to_voice_s"] > 0
     assert re.search(r"ratio \d+\.\d\d, same run", result.stdout)
+
+
+def test_answer_benchmark_scores_the_llm_stage_alone(tmp_path, monkeypatch):
+    """The tiny tool-calling LM (llm=ctranslate2) knows one of these two answers; nothing but the LLM is built."""
+    from conftest import CACHE
+
+    from s2s.bench.answers import bench_answers
+    from s2s.bench.questions import hit
+    from tests.fixtures import llm_models, weather_tools
+
+    assert hit("It's 8 legs.", ("eight", "8")) and not hit("18 legs", ("eight", "8"))
+    assert hit("Leonardo da Vinci!", ("da vinci",)) and not hit("Lima", ("lim",))
+    monkeypatch.chdir(tmp_path)
+    model = llm_models.tool_lm("native", CACHE / "models")
+    questions = [(weather_tools.CAPITAL, ("paris",)), ("What is the capital of Japan?", ("tokyo",))]
+    overrides = ["llm=ctranslate2", f"llm.model={model}", "llm.compute_type=float32", "llm.system_prompt=null",
+                 f"llm.cache_dir={CACHE / 'models'}"]
+    assert bench_answers(overrides, questions) == 0
+    [report] = tmp_path.glob("outputs/*/*-answers/answers.json")
+    result = json.loads(report.read_text())
+    assert result["summary"]["score"] == 0.5 and result["summary"]["hits"] == 1
+    assert [row["hit"] for row in result["rows"]] == [True, False]
+    assert result["rows"][0]["reply"] == weather_tools.CAPITAL_REPLY
+    assert 0 < result["summary"]["first_words_median_s"] < 5 and result["summary"]["peak_memory_mb"] > 0
+    assert result["summary"]["target"] == "s2s.llm.ctranslate2_lm.CTranslate2LM"
+
+
+def test_answer_benchmark_command_asks_the_whole_set(tmp_path):
+    from s2s.bench.questions import QUESTIONS
+
+    result = subprocess.run([sys.executable, "-m", "s2s.bench", "answers", "llm=echo"], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("[hit ]", "[miss]"))]
+    assert len(lines) == len(QUESTIONS) == 20 and QUESTIONS[0][0] in lines[0]
+    assert re.search(r"score \d+/20 = \d\.\d\d; first 5 words median \d\.\d\d s", result.stdout)
+    bad = subprocess.run([sys.executable, "-m", "s2s.bench", "answers", "llm=echo", "llm.prefix=1", "--nope"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2

@@ -8,6 +8,9 @@ speech, realtime-paced; --versus runs every file a second time with more overrid
 python -m s2s.bench recognition [key=value ...] [--versus "key=value ..."]...: the STT's word error rate on a
 recognition set (espeak-ng voices and rates, real recordings) against its time, for each variant.
 
+python -m s2s.bench answers [key=value ...]: the LLM stage alone on the answer set (spoken-style questions with
+the key words of a right answer): hit or miss per question, the score, first-5-words latency, peak memory.
+
 The TTS benchmark is a config option instead (conf/experiment/), so it sweeps like everything else:
 python run.py -m experiment=tts_benchmark tts=...
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from s2s.bench.answers import bench_answers
 from s2s.bench.latency import bench_latency
 from s2s.bench.recognition import bench_recognition
 from s2s.bench.runner import bench_runner, report
@@ -45,11 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     recognition.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. stt.beam_size=1")
     recognition.add_argument("--versus", metavar="'key=value ...'", type=str.split, action="append", default=[],
                              help="another variant: these overrides added (repeatable); variants take turns")
+    answers = commands.add_parser("answers", help="the LLM stage alone on the answer set: score and latency")
+    answers.add_argument("overrides", nargs="*", metavar="key=value",
+                         help="config overrides such as llm=ctranslate2 llm.compute_type=float32")
     args = parser.parse_args(argv)
-    if args.command == "recognition":
-        if bad := [item for item in [*args.overrides, *sum(args.versus, [])] if "=" not in item]:
-            parser.error(f"recognition takes key=value overrides, got {' '.join(bad)!r}")
-        return bench_recognition(args.overrides, args.versus)
+    if args.command in ("recognition", "answers"):
+        extra = sum(args.versus, []) if args.command == "recognition" else []
+        if bad := [item for item in [*args.overrides, *extra] if "=" not in item]:
+            parser.error(f"{args.command} takes key=value overrides, got {' '.join(bad)!r}")
+        return bench_recognition(args.overrides, args.versus) if args.command == "recognition" \
+            else bench_answers(args.overrides)
     if args.command == "latency":
         overrides = [item for item in args.inputs if "=" in item]
         if args.versus is not None and not all("=" in item for item in args.versus):
