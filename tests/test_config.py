@@ -222,7 +222,7 @@ def test_cli_cfg_job_and_dry_run_for_another_platform_load_nothing(tmp_path):
     assert "name: macos" in result.stdout and "s2s.llm.echo.EchoLM" in result.stdout
     assert "_target_: s2s.tts.piper.PiperTTS" in result.stdout
     probe = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "run.py"), "platform=macos",
-                            "dry_run=true", f"hydra.run.dir={tmp_path}"], cwd=tmp_path, capture_output=True,
+                            "llm=transformers", "dry_run=true", f"hydra.run.dir={tmp_path}"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr[-2000:]
     assert "graph for platform=macos (device auto -> mps)" in probe.stdout
