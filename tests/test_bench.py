@@ -140,6 +140,9 @@ def test_latency_benchmark_prints_true_voice_to_voice_per_file_and_percentiles(t
     assert report["versus"] == ["runner.first_audio_wait_s=0"] and (folder / "00-vs" / "metrics.json").exists()
     assert "morning" in other["transcript"].lower() and other["voice_to_voice_s"] > 0
     assert re.search(r"ratio \d+\.\d\d, same run", result.stdout)
+    # startup and intelligibility: the echoed reply ("Good morning to you.") is heard back by Whisper
+    assert re.search(r"models ready in \d+\.\d\d s", result.stdout)
+    assert len(report["reply_wer"]) == 1 and report["reply_wer"][0] <= 0.5, report["reply_wer"]
 
 
 def test_answer_benchmark_scores_the_llm_stage_alone(tmp_path, monkeypatch):
@@ -179,3 +182,14 @@ def test_answer_benchmark_command_asks_the_whole_set(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "s2s.bench", "answers", "llm=echo", "llm.prefix=1", "--nope"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
+
+
+def test_recognition_benchmark_scores_variants_in_turn(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "s2s.bench", "recognition", "runner.threads.stt=1", "--clips", "2",
+                             "--versus", "stt.window_s=null"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == ["runner.threads.stt=1", "runner.threads.stt=1 stt.window_s=null"]
+    for row in rows:  # WER, errors / words, clips with an error of 2, seconds per second of speech
+        assert re.match(r"\| `[^`]+` \| \d\.\d{3} \| \d+ / \d+ \| \d of 2 \| \d\.\d{3} / \d\.\d{3} \|", row), row

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     recognition.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. stt.beam_size=1")
     recognition.add_argument("--versus", metavar="'key=value ...'", type=str.split, action="append", default=[],
                              help="another variant: these overrides added (repeatable); variants take turns")
+    recognition.add_argument("--clips", type=int, default=None, help="only the first N clips (a quick check)")
     answers = commands.add_parser("answers", help="the LLM stage alone on the answer set: score and latency")
     answers.add_argument("overrides", nargs="*", metavar="key=value",
                          help="config overrides such as llm=ctranslate2 llm.compute_type=float32")
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         extra = sum(args.versus, []) if args.command == "recognition" else []
         if bad := [item for item in [*args.overrides, *extra] if "=" not in item]:
             parser.error(f"{args.command} takes key=value overrides, got {' '.join(bad)!r}")
-        return bench_recognition(args.overrides, args.versus) if args.command == "recognition" \
+        return bench_recognition(args.overrides, args.versus, args.clips) if args.command == "recognition" \
             else bench_answers(args.overrides)
     if args.command == "latency":
         overrides = [item for item in args.inputs if "=" in item]

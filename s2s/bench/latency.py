@@ -112,6 +112,48 @@ def _p50(found: list[dict[str, Any]]) -> float | None:
     return float(np.percentile(values, 50)) if values else None
 
 
+def heard_back(run_dirs: list[Path]) -> list[float]:
+    """WER of each run's reply audio as Whisper hears it back against the reply's text (runs with a reply.wav).
+
+    The listener is the packaged Whisper with its full 30 s window and beam 5, built after every run was timed.
+    """
+    from s2s.bench.roundtrip import word_error_rate
+    from s2s.messages import SpeechSegment, Transcript
+    from s2s.stt.faster_whisper import FasterWhisperSTT
+
+    pairs = []
+    for run_dir in run_dirs:
+        lines = (run_dir / "transcript.jsonl").read_text(encoding="utf-8").splitlines() \
+            if (run_dir / "transcript.jsonl").is_file() else []
+        said = " ".join(json.loads(line)["assistant"] for line in lines).strip()
+        if said and (run_dir / "reply.wav").is_file():
+            pairs.append((said, audio.read_audio(run_dir / "reply.wav", RATE)))
+    if not pairs:
+        return []
+    listener = FasterWhisperSTT(window_s=None)
+    listener.setup()
+    try:
+        found = []
+        for index, (said, samples) in enumerate(pairs):
+            out = listener.process(SpeechSegment(samples, RATE, index, 0.0, len(samples) / RATE))
+            heard = " ".join(m.text for m in out if isinstance(m, Transcript))
+            found.append(word_error_rate(said, heard))
+        return found
+    finally:
+        listener.close()
+
+
+def _figures(metrics: list[dict[str, Any]], wers: list[float]) -> str:
+    """Startup (the first run loads the models; later runs reuse the process's imports) and intelligibility."""
+    setups = [sum(m.get("setup_s", {}).values()) for m in metrics]
+    parts = [f"models ready in {setups[0]:.2f} s in the first run (later runs {statistics.median(setups[1:]):.2f} s)"
+             if len(setups) > 1 else f"models ready in {setups[0]:.2f} s" if setups else "no startup figure"]
+    if wers:
+        parts.append(f"reply audio heard back by Whisper: median WER {statistics.median(wers):.3f}, worst "
+                     f"{max(wers):.3f} ({len(wers)} replies)")
+    return "; ".join(parts)
+
+
 def bench_latency(files: list[str], overrides: list[str], trailing_s: float, versus: list[str] | None = None) -> int:
     """One run per clip; with ``versus``, each clip also runs with those overrides added, the two interleaved
     (in alternating order, so a machine that speeds up or slows down during the benchmark favours neither)."""
@@ -129,6 +171,7 @@ def bench_latency(files: list[str], overrides: list[str], trailing_s: float, ver
     variants = {"": overrides, **({other: [*overrides, *versus]} if other else {})}
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
     peaks: dict[str, list[float]] = {name: [] for name in variants}
+    runs: dict[str, list[tuple[Path, dict[str, Any]]]] = {name: [] for name in variants}
     machine = None
     for index, clip in enumerate(clips):
         order = list(variants) if index % 2 == 0 else list(reversed(variants))
@@ -139,12 +182,15 @@ def bench_latency(files: list[str], overrides: list[str], trailing_s: float, ver
             metrics = run_pipeline(run_dir / "input.wav", run_dir, variants[variant], trailing_s)
             found[variant] += rows(clip, metrics)
             peaks[variant] += [metrics["peak_memory_mb"]] if metrics.get("peak_memory_mb") else []
+            runs[variant].append((run_dir, metrics))
             machine = metrics.get("machine")
     peak = {name: max(values) if values else None for name, values in peaks.items()}
+    wers = {name: heard_back([run_dir for run_dir, _ in runs[name]]) for name in variants}
     parts = []
     for variant in variants:
         title = f"with {variant}" if variant else (f"as composed{': ' + ' '.join(overrides) if overrides else ''}")
-        parts.append((f"### {title}\n\n" if other else "") + table(found[variant], peak[variant]))
+        parts.append((f"### {title}\n\n" if other else "") + table(found[variant], peak[variant]) + "\n"
+                     + _figures([metrics for _, metrics in runs[variant]], wers[variant]))
     if other:
         base, with_other = _p50(found[""]), _p50(found[other])
         if base and with_other:
@@ -153,9 +199,11 @@ def bench_latency(files: list[str], overrides: list[str], trailing_s: float, ver
     report = "\n\n".join(parts)
     (output_dir / "latency.md").write_text(report + "\n")
     (output_dir / "latency.json").write_text(json.dumps({"rows": found[""], "peak_memory_mb": peak[""],
+                                                         "reply_wer": wers[""],
                                                          "machine": machine, "overrides": overrides,
                                                          **({"versus": versus, "versus_rows": found[other],
-                                                             "versus_peak_memory_mb": peak[other]}
+                                                             "versus_peak_memory_mb": peak[other],
+                                                             "versus_reply_wer": wers[other]}
                                                             if other else {})}, indent=2))
     print(report)
     print(f"\nlatency.md, latency.json and the run's files in {output_dir.resolve()}")

@@ -68,11 +68,11 @@ def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
     return round(word_error_rate(clip.text, heard) * words), words, seconds, heard
 
 
-def bench_recognition(overrides: list[str], versus: list[list[str]]) -> int:
+def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int | None = None) -> int:
     variants = {" ".join(overrides) or "as composed": overrides,
                 **{" ".join([*overrides, *extra]): [*overrides, *extra] for extra in versus}}
     with tempfile.TemporaryDirectory(prefix="s2s-recognition-") as folder:
-        clips = recognition_set(Path(folder))
+        clips = recognition_set(Path(folder))[:limit]
         if not espeak_available():
             print("espeak-ng is not installed: only the bundled and packaged recordings are scored")
         stages = {name: build_stt(extra, Path(folder)) for name, extra in variants.items()}
