@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 target="${1:-base}"
 
 # System packages: PortAudio for sounddevice (mic/speaker; mlx-audio imports it too), espeak-ng (misaki's
-# fallback phonemizer and the tests' speech), sox.
+# fallback phonemizer and the tests' speech), sox; for the tests, chromium (the browser page's tests run it headless).
 packages=(libportaudio2 espeak-ng sox)
+[ "$target" = "test" ] && packages+=(chromium)
 if command -v apt-get >/dev/null 2>&1; then
   missing=()
   for package in "${packages[@]}"; do dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package"); done

@@ -2,7 +2,8 @@
 
 ``ws://HOST:PORT/v1/realtime`` speaks the Realtime protocol (the official ``openai`` SDK connects unchanged with
 ``OpenAI(base_url="http://HOST:PORT/v1", api_key=KEY).realtime.connect(model=...)``). ``GET /v1/sessions``
-shows every session's per-turn figures as JSON; ``GET /health`` answers ``ok``.
+shows every session's per-turn figures as JSON; ``GET /health`` answers ``ok``; ``GET /`` is a browser page
+(``s2s/server/page/``) that talks to the same endpoint from the microphone.
 """
 from __future__ import annotations
 
@@ -36,6 +37,12 @@ from s2s.stage import require
 
 log = logging.getLogger("s2s.server")
 PATH = "/v1/realtime"
+PAGE_DIR = Path(__file__).resolve().parent / "page"
+PAGE_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+              ".css": "text/css; charset=utf-8"}
+# Browsers cannot set headers on a WebSocket, so their clients offer the key as a subprotocol next to "realtime"
+# (as OpenAI's browser clients do); the server only ever answers "realtime", so the key is not echoed back.
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
 FRAME_HARD_CAP = 4  # frames over max_frame_bytes * this close the connection (1009) instead of an error event
 
 
@@ -109,26 +116,67 @@ def _json_response(status: http.HTTPStatus, body: dict[str, Any]) -> Any:
     return Response(status.value, status.phrase, headers, data)
 
 
-def _authorized(settings: ServerSettings, header: str | None) -> bool:
+def _page_response(path: str) -> Any:
+    """A file of the browser page (``/`` is its index.html), or None when ``path`` is not one of them."""
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    name = "index.html" if path == "/" else path.removeprefix("/page/")
+    files = {file.name: file for file in PAGE_DIR.iterdir() if file.suffix in PAGE_TYPES} if PAGE_DIR.is_dir() else {}
+    if (path != "/" and not path.startswith("/page/")) or name not in files:
+        return None
+    data = files[name].read_bytes()
+    headers = Headers([("Content-Type", PAGE_TYPES[files[name].suffix]), ("Content-Length", str(len(data))),
+                       ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"),
+                       ("Referrer-Policy", "no-referrer"),
+                       ("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; "
+                                                   "img-src 'self' data:; frame-ancestors 'none'"),
+                       ("Connection", "close")])
+    return Response(http.HTTPStatus.OK.value, http.HTTPStatus.OK.phrase, headers, data)
+
+
+def _subprotocol_key(headers: Any) -> str | None:
+    """The key a browser offered as ``openai-insecure-api-key.<key>`` in ``Sec-WebSocket-Protocol``, if any."""
+    for value in headers.get_all("Sec-WebSocket-Protocol"):
+        for offered in value.split(","):
+            if offered.strip().startswith(KEY_SUBPROTOCOL):
+                return offered.strip()[len(KEY_SUBPROTOCOL):]
+    return None
+
+
+def _authorized(settings: ServerSettings, header: str | None, subprotocol_key: str | None = None) -> bool:
     if not settings.api_key:
         return True
+    expected = settings.api_key.encode()
+    if subprotocol_key is not None and hmac.compare_digest(subprotocol_key.encode(), expected):
+        return True
     scheme, _, key = (header or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), settings.api_key.encode())
+    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), expected)
+
+
+def _select_subprotocol(connection: Any, offered: Any) -> str | None:
+    """Answer "realtime" to a client that offers it (a browser fails a handshake whose offer gets no answer)."""
+    return "realtime" if "realtime" in offered else None
 
 
 def _route(request: Any, settings: ServerSettings, registry: _Registry) -> Any:
     """The HTTP answer to a request, or None to go on with the WebSocket handshake of :data:`PATH`.
 
-    ``/health`` answers without a key; every other path needs the API key when one is set.
+    ``/health`` and the browser page (``/``, ``/page/*``: it holds no key, it asks the user for one) answer
+    without a key; every other path needs the API key when one is set, as a Bearer header or, from a browser,
+    as the ``openai-insecure-api-key.<key>`` WebSocket subprotocol.
     """
     path = urlsplit(request.path).path.rstrip("/") or "/"
     if path == "/health":
         return _json_response(http.HTTPStatus.OK, {"status": "ok"})
-    if not _authorized(settings, request.headers.get("Authorization")):
+    if (page := _page_response(path)) is not None:
+        return page
+    if not _authorized(settings, request.headers.get("Authorization"), _subprotocol_key(request.headers)):
         log.info("refused a connection to %s: missing or wrong API key", path)
         return _json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
             "type": "invalid_request_error", "code": "invalid_api_key",
-            "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>'"}})
+            "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>' (from a browser: "
+                       "the WebSocket subprotocols 'realtime', 'openai-insecure-api-key.<server.api_key>')"}})
     if path == "/v1/sessions":
         return _json_response(http.HTTPStatus.OK, registry.document(settings))
     if path != PATH:
@@ -234,11 +282,12 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
     hard_cap = settings.max_frame_bytes * FRAME_HARD_CAP
     async with serve(handler, settings.host, settings.port, max_size=hard_cap,
                      process_request=lambda connection, request: _route(request, settings, registry),
-                     compression=None) as server:
+                     select_subprotocol=_select_subprotocol, compression=None) as server:
         port = server.sockets[0].getsockname()[1]
         print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="
               f"{settings.max_sessions}, api key {'required' if settings.api_key else 'not required'}); "
-              f"sessions' metrics at http://{settings.host}:{port}/v1/sessions", flush=True)
+              f"sessions' metrics at http://{settings.host}:{port}/v1/sessions; a browser page at "
+              f"http://{settings.host}:{port}/", flush=True)
         await stop.wait()
         log.info("stopping: closing %d session(s)", len(registry.active))
     return 0
