@@ -79,6 +79,20 @@ def test_a_missing_or_wrong_api_key_is_refused(server):
     assert server.get("/health", api_key=None) == (200, {"status": "ok"})
 
 
+def test_a_page_of_another_site_is_refused_and_the_servers_own_page_is_not(server):
+    """A browser tab on any site could reach a server on localhost: only the server's own origin may connect."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect as ws_connect
+
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with pytest.raises(InvalidStatus) as refused:
+        with ws_connect(server.url, origin="http://evil.example", additional_headers=headers, open_timeout=10):
+            pass
+    assert refused.value.response.status_code == 403 and b"origin_not_allowed" in refused.value.response.body
+    with ws_connect(server.url, origin=server.http, additional_headers=headers, open_timeout=10) as socket:
+        assert json.loads(socket.recv(timeout=30))["type"] == "session.created"
+
+
 def test_one_session_over_the_limit_is_refused_and_the_others_go_on(server):
     with connect(server) as first, connect(server) as second:
         held = [Events(first), Events(second)]

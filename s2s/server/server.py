@@ -164,13 +164,22 @@ def _route(request: Any, settings: ServerSettings, registry: _Registry) -> Any:
 
     ``/health`` and the browser page (``/``, ``/page/*``: it holds no key, it asks the user for one) answer
     without a key; every other path needs the API key when one is set, as a Bearer header or, from a browser,
-    as the ``openai-insecure-api-key.<key>`` WebSocket subprotocol.
+    as the ``openai-insecure-api-key.<key>`` WebSocket subprotocol. A browser page of another site (an
+    ``Origin`` that is not this server) is refused even without a key: it could otherwise reach a
+    keyless server on localhost from any tab.
     """
     path = urlsplit(request.path).path.rstrip("/") or "/"
     if path == "/health":
         return _json_response(http.HTTPStatus.OK, {"status": "ok"})
     if (page := _page_response(path)) is not None:
         return page
+    origin = request.headers.get("Origin")
+    if origin and urlsplit(origin).netloc != request.headers.get("Host", ""):  # another site, in a user's browser
+        log.info("refused a connection to %s from a page of %s", path, origin)
+        return _json_response(http.HTTPStatus.FORBIDDEN, {"error": {
+            "type": "invalid_request_error", "code": "origin_not_allowed",
+            "message": f"a page from {origin} may not use this server: only the server's own page (same origin) "
+                       f"and clients that send no Origin header (SDKs, s2s.client) may"}})
     if not _authorized(settings, request.headers.get("Authorization"), _subprotocol_key(request.headers)):
         log.info("refused a connection to %s: missing or wrong API key", path)
         return _json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
