@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from s2s import audio
 from s2s.config_errors import OneOf, Range, ValidationContext
 from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.openai_api import cause, check_base_url, connect, detail
 from s2s.stage import Stage, require
 from s2s.stt.languages import WHISPER_LANGUAGES
 
@@ -53,13 +54,9 @@ class OpenAISTT(Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        from s2s.llm.openai_lm import check_base_url
-
         check_base_url(kwargs["base_url"], context)
 
     def setup(self) -> None:
-        from s2s.llm.openai_lm import connect, detail
-
         self._openai = require("openai", backend="stt=openai", extra="openai")
         self._client, served = connect(self._openai, self.base_url, self.api_key, self.timeout_s, "stt")
         if self.model in served:
@@ -86,8 +83,6 @@ class OpenAISTT(Stage):
         try:
             text, language = self._transcribe(samples)
         except self._openai.APIError as error:  # a transient server failure costs this turn, not the session
-            from s2s.llm.openai_lm import cause
-
             log.error("turn %d: stt=openai at %s failed: %s", message.turn, self.base_url, cause(error))
             yield TurnEnd(message.turn)
             return
