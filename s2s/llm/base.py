@@ -10,6 +10,7 @@ from typing import Any
 
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
 from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd
+from s2s.stage import Stage
 from s2s.text import SentenceSplitter, clean_for_speech
 
 log = logging.getLogger(__name__)
@@ -26,8 +27,8 @@ class ReplyFailed(RuntimeError):
     """
 
 
-class LLMStage:
-    """Mixin for LLM stages: subclasses implement ``stream(messages)`` yielding text pieces (and ``ToolCall``s).
+class LLMStage(Stage):
+    """Base of LLM stages: subclasses implement ``stream(messages)`` yielding text pieces (and ``ToolCall``s).
 
     ``process`` keeps the last ``history_turns`` exchanges, releases the reply sentence by sentence as it
     streams (so TTS starts before the LLM ends), reports the time to first token and ends the turn. With

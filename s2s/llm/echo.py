@@ -6,10 +6,9 @@ from typing import Annotated
 
 from s2s.config_errors import Range
 from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
-from s2s.stage import Stage
 
 
-class EchoLM(LLMStage, Stage):
+class EchoLM(LLMStage):
     """Replies with the transcript itself, optionally prefixed.
 
     Args:

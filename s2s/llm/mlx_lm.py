@@ -9,12 +9,12 @@ from s2s.config_errors import ConfigError, Range, ValidationContext
 from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import loadable, model_folder_error
-from s2s.stage import Stage, require
+from s2s.stage import require
 
 log = logging.getLogger(__name__)
 
 
-class MLXLM(TemplateTools, LLMStage, Stage):
+class MLXLM(TemplateTools, LLMStage):
     """A chat model run by ``mlx_lm.stream_generate``; closing the reply stops generation at the next token.
 
     Args:

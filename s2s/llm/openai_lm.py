@@ -9,10 +9,10 @@ from s2s.config_errors import Range, ValidationContext
 from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
 from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
 from s2s.openai_api import cause, check_base_url, connect, detail
-from s2s.stage import Stage, require
+from s2s.stage import require
 
 
-class OpenAILM(LLMStage, Stage):
+class OpenAILM(LLMStage):
     """Streams chat replies from an OpenAI-compatible server.
 
     Args:

@@ -21,7 +21,7 @@ from s2s.models import (
     model_source,
 )
 from s2s.sharing import shared_model
-from s2s.stage import MissingExtraError, Stage, require
+from s2s.stage import MissingExtraError, require
 
 log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
@@ -70,7 +70,7 @@ def resolve_model(model: str, cache_dir: str | None) -> str:
     return loadable(model)  # a local folder, or a hub id transformers resolves (offline: the local HF cache)
 
 
-class TransformersLM(TemplateTools, LLMStage, Stage):
+class TransformersLM(TemplateTools, LLMStage):
     """A chat model run by transformers' ``generate``, streamed with ``TextIteratorStreamer``.
 
     Args:
