@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from s2s.config_errors import ConfigError, OneOf, ValidationContext
+from s2s.config_errors import OneOf, ValidationContext
 from s2s.models import loadable, model_folder_error
+from s2s.runtimes import Runtime
 from s2s.stage import require
 from s2s.stt.base import STTStage
 from s2s.stt.languages import WHISPER_LANGUAGES
@@ -20,6 +21,8 @@ class MLXWhisperSTT(STTStage):
         language: language code, or null to detect it per turn; the transcript carries the language.
     """
 
+    requires = Runtime("mlx", option="mlx_whisper", instead="stt=faster_whisper")
+
     def __init__(self, model: str = "mlx-community/whisper-large-v3-turbo",
                  dtype: Literal["float16", "float32"] = "float16",
                  language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = None) -> None:
@@ -31,9 +34,6 @@ class MLXWhisperSTT(STTStage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        if "mlx" in context.unavailable:
-            raise ConfigError(context.group, "mlx_whisper", f"another option on platform {context.platform} "
-                                                            f"({context.unavailable['mlx']}), e.g. stt=faster_whisper")
         if error := model_folder_error(kwargs["model"], context, "mlx-community/whisper-large-v3-turbo"):
             raise error
 

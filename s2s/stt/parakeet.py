@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 from s2s.config_errors import OneOf, ValidationContext
 from s2s.models import local_path, model_folder_error
+from s2s.runtimes import ByBackend, Runtime
 from s2s.stage import require
 from s2s.stt.base import STTStage
 from s2s.stt.languages import WHISPER_LANGUAGES
@@ -14,7 +15,6 @@ MODELS = {
     "parakeet-tdt-0.6b-v2": {"onnx": "nemo-parakeet-tdt-0.6b-v2", "mlx": "mlx-community/parakeet-tdt-0.6b-v2"},
     "parakeet-tdt-0.6b-v3": {"onnx": "nemo-parakeet-tdt-0.6b-v3", "mlx": "mlx-community/parakeet-tdt-0.6b-v3"},
 }
-RUNTIME = {"onnx": "onnxruntime", "mlx": "mlx"}  # the runtime each backend needs (platform.unavailable)
 
 
 class ParakeetSTT(STTStage):
@@ -30,6 +30,8 @@ class ParakeetSTT(STTStage):
             unknown, so a language-switching TTS keeps its own.
     """
 
+    requires = ByBackend({"onnx": Runtime("onnxruntime"), "mlx": Runtime("mlx")})
+
     def __init__(self, model: str = "parakeet-tdt-0.6b-v2", backend: Literal["onnx", "mlx"] = "onnx",
                  quantization: Literal["int8"] | None = None,
                  language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en") -> None:
@@ -41,12 +43,7 @@ class ParakeetSTT(STTStage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        backend = kwargs["backend"]
-        if RUNTIME[backend] in context.unavailable:
-            others = ", ".join(name for name, runtime in RUNTIME.items() if runtime not in context.unavailable)
-            why = context.unavailable[RUNTIME[backend]]
-            raise context.error("backend", backend, f"one of {others} on platform {context.platform} ({why})")
-        if backend == "mlx" and kwargs["quantization"] is not None:
+        if kwargs["backend"] == "mlx" and kwargs["quantization"] is not None:
             raise context.error("quantization", kwargs["quantization"],
                                 "null with backend=mlx (quantized MLX checkpoints are separate repos: set stt.model)")
         if error := model_folder_error(kwargs["model"], context, "parakeet-tdt-0.6b-v3"):
