@@ -17,6 +17,8 @@ log = logging.getLogger(__name__)
 # the reply's first TTS chunk ends at a clause or after this many words: measured on 2 cores, 4 words got the
 # first audio out 0.25 s sooner than 6 (python -m s2s.bench latency --versus llm.first_chunk_words=4)
 FIRST_CHUNK_WORDS = 4
+FIRST_CHUNK_MIN_WORDS = 3  # ... but a clause shorter than this does not end it ("Yes," alone sounds clipped)
+# conf/llm/_chat_base.yaml states both for every option; a test keeps it equal to these
 MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
 
 
@@ -43,7 +45,8 @@ class LLMStage(Stage):
     history_turns: int
 
     def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None,
-                   first_chunk_words: int = FIRST_CHUNK_WORDS, first_chunk_min_words: int = 3) -> None:
+                   first_chunk_words: int = FIRST_CHUNK_WORDS,
+                   first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS) -> None:
         self.system_prompt = system_prompt
         self.history_turns = history_turns
         self.tools = tools

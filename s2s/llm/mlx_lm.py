@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 from s2s.config_errors import Range, ValidationContext
-from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import loadable, model_folder_error
 from s2s.runtimes import Runtime
@@ -37,7 +37,7 @@ class MLXLM(TemplateTools, LLMStage):
                  max_new_tokens: Annotated[int, Range(1, 4096)] = 64, history_turns: Annotated[int, Range(0)] = 4,
                  temperature: Annotated[float, Range(0, 5)] = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
                  tools: str | None = None, first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS) -> None:
         self.model_name = model
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from s2s.config_errors import Range, ValidationContext
-from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
 from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
 from s2s.openai_api import cause, check_base_url, connect, detail
 from s2s.stage import require
@@ -37,7 +37,7 @@ class OpenAILM(LLMStage):
                  timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0, system_prompt: str | None = None,
                  history_turns: Annotated[int, Range(0)] = 4, tools: str | None = None,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = 3,
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
                  ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from s2s import torch_support
 from s2s.config_errors import Range, ValidationContext
-from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import (
     build_once,
@@ -96,7 +96,7 @@ class TransformersLM(TemplateTools, LLMStage):
                  temperature: Annotated[float, Range(0, 5)] = 0.0, cache_dir: str | None = None,
                  tools: str | None = None, repetition_penalty: Annotated[float, Range(1, 2)] = 1.15,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS) -> None:
         self.model_name = model
         self.device = device
         self.dtype = dtype
