@@ -104,6 +104,7 @@ class LLMStage(Stage):
         return [*system, *window, {"role": "user", "content": user_text}]
 
     def process(self, message: Data) -> Iterator[Message]:
+        """Reply to one transcript, sentence by sentence, then end the turn; the history keeps what was said."""
         assert isinstance(message, Transcript)
         start = time.perf_counter()
         # a sentence the reply already said ends it (small models loop): every backend stops the same way
@@ -121,6 +122,22 @@ class LLMStage(Stage):
 
     def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
                spoken: list[str], start: float) -> Iterator[Message]:
+        """Stream one reply, running the tools it calls, and yield its sentences as they end.
+
+        Each round streams ``messages`` through ``stream``: text pieces go through ``splitter`` and leave as
+        ``ReplyText`` (the first non-blank piece also yields the ``llm_first_token_s`` metric), ``ToolCall``s are
+        kept. A round that asked for tools runs them, appends the calls and results to ``messages`` and streams
+        again, at most ``MAX_TOOL_ROUNDS`` times. A repeated sentence or a ``ReplyFailed`` ends the reply; after a
+        failure the unfinished sentence is dropped (and an ``llm_error`` metric says why), otherwise the
+        splitter's tail is spoken.
+
+        Args:
+            message: the user's transcript (its turn and language label every output).
+            messages: the chat so far, ending with the user's text.
+            splitter: cuts the reply into TTS chunks; it keeps the whole reply's text for the history.
+            spoken: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
+            start: ``perf_counter`` when the turn began, for the first-token metric.
+        """
         first, failed = True, False
         for round_ in range(MAX_TOOL_ROUNDS + 1):
             calls: list[ToolCall] = []

@@ -134,6 +134,21 @@ class TransformersLM(TemplateTools, LLMStage):
         self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+        """Generate a reply in a worker thread and yield its text as the streamer decodes it.
+
+        ``generate`` runs in a daemon thread feeding a ``TextIteratorStreamer`` whose queue holds only
+        ``STREAM_AHEAD`` pieces, so generation pauses while nobody reads. Closing this generator (barge-in,
+        cancel) sets a stopping criterion, drains the queue until the thread notices, and joins it; an error
+        raised by ``generate`` is re-raised here, in the stage's own thread. With tools, ``<tool_call>`` blocks
+        are taken out of the spoken text and yielded as ``ToolCall``s after it.
+
+        Args:
+            messages: the chat in OpenAI form (system, history, user); tools are added by the chat template
+                or, for templates without a tools section, to the system prompt.
+
+        Yields:
+            Text pieces (about a word each), then any ``ToolCall`` the reply made.
+        """
         from transformers import (
             LogitsProcessorList,
             RepetitionPenaltyLogitsProcessor,
