@@ -2,7 +2,8 @@
 
 The constructor signature of each ``_target_`` is the schema: keys must bind to it, ``Literal`` annotations
 are enums, ``Annotated[..., MUST_EXIST]`` marks paths that must exist, plain ``int``/``float``/``bool``/``str``
-annotations are type-checked. Each stage class may add cross-field and platform rules in ``validate_config``.
+annotations are type-checked. A stage's ``requires`` names a runtime some platforms lack (checked against
+``platform.unavailable`` through :mod:`s2s.runtimes`), and each stage may add cross-field rules in ``validate_config``.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
+from s2s import runtimes
 from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
 from s2s.platform import DEVICES, resolve_device, valid_device
 from s2s.stage import Stage
@@ -257,19 +259,28 @@ def check_kwargs(cls: type, kwargs: dict[str, Any], context: ValidationContext) 
 
 
 def stage_rule_errors(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
-    """What ``cls.validate_config`` says of ``kwargs`` (already checked by :func:`check_kwargs`).
+    """What ``cls.requires`` and ``cls.validate_config`` say of ``kwargs`` (already checked by :func:`check_kwargs`).
 
-    It receives the bound arguments with the constructor's defaults applied, so it reads every key directly.
+    A runtime the platform cannot run is the only error reported for the stage (its other rules assume it runs
+    here); a device the runtime lacks comes before the stage's own rules. ``validate_config`` receives the bound
+    arguments with the constructor's defaults applied, so it reads every key directly.
     """
     bound = inspect.signature(cls).bind(**kwargs)
     bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    errors: list[ConfigError] = []
+    if issubclass(cls, Stage) and cls.requires is not None:
+        if unavailable := runtimes.unavailable_error(cls.requires, arguments, context):
+            return [unavailable]
+        if device := runtimes.device_error(cls.requires, arguments, context):
+            errors.append(device)
     try:
-        cls.validate_config(dict(bound.arguments), context)
+        cls.validate_config(arguments, context)
     except ConfigErrors as many:
-        return list(many.errors)
+        return errors + list(many.errors)
     except ConfigError as error:
-        return [error]
-    return []
+        return errors + [error]
+    return errors
 
 
 def node_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:

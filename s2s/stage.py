@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from s2s.config_errors import ValidationContext
 from s2s.messages import Data, Message
+from s2s.runtimes import ByBackend, Runtime
 
 
 class MissingExtraError(RuntimeError):
@@ -45,14 +46,17 @@ class Stage:
     """Base class of every pipeline stage.
 
     Subclasses set ``accepts`` and ``emits`` to the data message types they consume and produce, so a pipeline
-    whose neighbours do not fit is refused before anything loads; ``validate_config`` may add
-    cross-field and platform rules that are checked before anything loads.
+    whose neighbours do not fit is refused before anything loads; ``requires`` names a runtime some platforms
+    lack, and ``validate_config`` may add cross-field rules, both checked before anything loads.
     """
 
     # CPU threads the runner gives this stage's library (``runner.threads.<group>``); None: the library decides
     threads: int | None = None
     accepts: ClassVar[tuple[type[Data], ...]] = ()  # data types ``process`` consumes
     emits: ClassVar[tuple[type[Data], ...]] = ()  # data types it yields; checked against the next stage's accepts
+    # the runtime library it needs where some platforms have none (mlx, ...), one per backend value or one for all;
+    # the validator checks it against platform.unavailable, so a stage never looks at the platform
+    requires: ClassVar[Runtime | ByBackend | None] = None
 
     def setup(self) -> None:
         """Load models and open devices. Called once, before the first message."""

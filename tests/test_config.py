@@ -367,3 +367,33 @@ def test_thread_budgets_are_checked_and_reach_the_stages(tmp_path):
                                                                   tmp_path))}
     assert specs["llm"].build().threads == 1 and specs["tts"].build().threads == 2
     assert specs["stt"].build().threads is None  # unset: the library's own default
+
+
+def test_every_optional_defaults_entry_points_at_a_folder_with_files():
+    """``optional <group>: ...`` entries name folders that exist (a missing one silently matches nothing)."""
+    from omegaconf import OmegaConf
+
+    entries = [next(iter(entry)) for entry in OmegaConf.load(CONF_DIR / "config.yaml").defaults
+               if isinstance(entry, dict) or OmegaConf.is_dict(entry)]
+    optional = [key.split()[1] for key in entries if key.startswith("optional ")]
+    assert optional, entries
+    for group in optional:
+        assert sorted((CONF_DIR / group).glob("*.yaml")), f"conf/{group}/ is empty or missing"
+
+
+def test_the_first_chunk_defaults_are_stated_once_and_match_the_code():
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS
+
+    shared = {"first_chunk_words": FIRST_CHUNK_WORDS, "first_chunk_min_words": FIRST_CHUNK_MIN_WORDS}
+    assert OmegaConf.to_container(OmegaConf.load(CONF_DIR / "llm" / "_chat_base.yaml")) == shared
+    for option in options("llm"):
+        assert not set(shared) & set(OmegaConf.load(CONF_DIR / "llm" / f"{option}.yaml")), f"{option} restates them"
+        [spec] = [spec for spec in validate(compose_config([f"llm={option}", "platform=macos"]))
+                  if spec.group == "llm"]
+        parameters = inspect.signature(spec.cls).parameters
+        assert {key: spec.kwargs[key] for key in shared} == shared == {
+            key: parameters[key].default for key in shared}, option

@@ -135,3 +135,14 @@ def test_no_circle_even_through_deferred_imports():
 def test_every_module_stays_small(name):
     lines = module_names()[name].read_text().count("\n")
     assert lines <= 400, f"{name} has {lines} lines; split it (one job per module)"
+
+
+def test_stage_groups_do_not_import_each_other():
+    """A backend imports shared rooms (audio, openai_api, ...), never another stage group's modules: stt=openai
+    and llm=openai share their client helpers through s2s.openai_api, not through each other."""
+    groups = ("s2s.vad", "s2s.stt", "s2s.llm", "s2s.tts")
+    graph = import_graph(deferred=True)
+    crossing = sorted(f"{name} -> {target}" for name, targets in graph.items() for target in targets
+                      for group in groups if name.startswith(group + ".") or name == group
+                      if target.startswith(groups) and not (target == group or target.startswith(group + ".")))
+    assert crossing == []

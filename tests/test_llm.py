@@ -160,3 +160,30 @@ def test_an_interrupted_reply_keeps_what_was_said_in_the_history():
                                               {"role": "assistant", "content": "One two three."}]
     llm.discard(0)  # a speculative attempt the user spoke over leaves nothing
     assert llm.chat_messages("Next?") == [{"role": "user", "content": "Next?"}]
+
+
+def test_every_llm_backend_is_an_llm_stage_and_llm_stage_is_a_stage():
+    """LLMStage is a Stage itself: a backend names only it (and TemplateTools before it, for local models); the
+    older spelling with Stage repeated last still works, so a backend written that way need not change."""
+    import importlib
+
+    from omegaconf import OmegaConf
+
+    from conftest import CONF_DIR
+    from s2s.llm.base import LLMStage
+    from s2s.llm.tools import TemplateTools
+    from s2s.stage import Stage
+
+    assert issubclass(LLMStage, Stage)
+    targets = [OmegaConf.load(path)._target_ for path in sorted((CONF_DIR / "llm").glob("[!_]*.yaml"))]
+    for target in targets:
+        module, _, name = target.rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, LLMStage), target
+        assert cls.accepts == (Transcript,) and cls.emits == (ReplyText,), target
+
+    class Spelled(TemplateTools, LLMStage, Stage):  # the older spelling still gives a consistent MRO
+        pass
+
+    assert Spelled.__mro__[1:4] == (TemplateTools, LLMStage, Stage)
+    assert Spelled.tool_messages is TemplateTools.tool_messages  # the mixin's override still wins

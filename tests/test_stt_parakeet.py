@@ -64,7 +64,7 @@ def test_apple_silicon_picks_mlx_and_the_command_line_wins(tmp_path):
 
 @pytest.mark.parametrize("overrides,fragment", [
     (["stt.backend=mlx", "platform=macos_intel"],
-     r"stt.backend=mlx: invalid; expected one of onnx on platform macos_intel \(MLX publishes no wheels"),
+     r"stt.backend=mlx: invalid; expected onnx on platform macos_intel \(MLX publishes no wheels"),
     (["stt.backend=torch"], "stt.backend=torch: invalid; expected one of onnx, mlx"),
     (["stt.quantization=int8", "platform=macos"], "stt.quantization=int8: invalid; expected null with backend=mlx"),
     (["stt.model=/no/such/parakeet"], "stt.model=/no/such/parakeet: invalid; expected an existing local model folder"),

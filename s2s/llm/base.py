@@ -10,12 +10,15 @@ from typing import Any
 
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
 from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd
+from s2s.stage import Stage
 from s2s.text import SentenceSplitter, clean_for_speech
 
 log = logging.getLogger(__name__)
 # the reply's first TTS chunk ends at a clause or after this many words: measured on 2 cores, 4 words got the
 # first audio out 0.25 s sooner than 6 (python -m s2s.bench latency --versus llm.first_chunk_words=4)
 FIRST_CHUNK_WORDS = 4
+FIRST_CHUNK_MIN_WORDS = 3  # ... but a clause shorter than this does not end it ("Yes," alone sounds clipped)
+# conf/llm/_chat_base.yaml states both for every option; a test keeps it equal to these
 MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
 
 
@@ -26,8 +29,8 @@ class ReplyFailed(RuntimeError):
     """
 
 
-class LLMStage:
-    """Mixin for LLM stages: subclasses implement ``stream(messages)`` yielding text pieces (and ``ToolCall``s).
+class LLMStage(Stage):
+    """Base of LLM stages: subclasses implement ``stream(messages)`` yielding text pieces (and ``ToolCall``s).
 
     ``process`` keeps the last ``history_turns`` exchanges, releases the reply sentence by sentence as it
     streams (so TTS starts before the LLM ends), reports the time to first token and ends the turn. With
@@ -42,7 +45,8 @@ class LLMStage:
     history_turns: int
 
     def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None,
-                   first_chunk_words: int = FIRST_CHUNK_WORDS, first_chunk_min_words: int = 3) -> None:
+                   first_chunk_words: int = FIRST_CHUNK_WORDS,
+                   first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS) -> None:
         self.system_prompt = system_prompt
         self.history_turns = history_turns
         self.tools = tools
@@ -100,6 +104,7 @@ class LLMStage:
         return [*system, *window, {"role": "user", "content": user_text}]
 
     def process(self, message: Data) -> Iterator[Message]:
+        """Reply to one transcript, sentence by sentence, then end the turn; the history keeps what was said."""
         assert isinstance(message, Transcript)
         start = time.perf_counter()
         # a sentence the reply already said ends it (small models loop): every backend stops the same way
@@ -117,6 +122,22 @@ class LLMStage:
 
     def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
                spoken: list[str], start: float) -> Iterator[Message]:
+        """Stream one reply, running the tools it calls, and yield its sentences as they end.
+
+        Each round streams ``messages`` through ``stream``: text pieces go through ``splitter`` and leave as
+        ``ReplyText`` (the first non-blank piece also yields the ``llm_first_token_s`` metric), ``ToolCall``s are
+        kept. A round that asked for tools runs them, appends the calls and results to ``messages`` and streams
+        again, at most ``MAX_TOOL_ROUNDS`` times. A repeated sentence or a ``ReplyFailed`` ends the reply; after a
+        failure the unfinished sentence is dropped (and an ``llm_error`` metric says why), otherwise the
+        splitter's tail is spoken.
+
+        Args:
+            message: the user's transcript (its turn and language label every output).
+            messages: the chat so far, ending with the user's text.
+            splitter: cuts the reply into TTS chunks; it keeps the whole reply's text for the history.
+            spoken: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
+            start: ``perf_counter`` when the turn began, for the first-token metric.
+        """
         first, failed = True, False
         for round_ in range(MAX_TOOL_ROUNDS + 1):
             calls: list[ToolCall] = []

@@ -5,11 +5,10 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from s2s.config_errors import Range
-from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
-from s2s.stage import Stage
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 
 
-class EchoLM(LLMStage, Stage):
+class EchoLM(LLMStage):
     """Replies with the transcript itself, optionally prefixed.
 
     Args:
@@ -19,7 +18,7 @@ class EchoLM(LLMStage, Stage):
     """
 
     def __init__(self, prefix: str = "", first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS) -> None:
         self.prefix = prefix
         self._init_chat(None, 0, first_chunk_words=first_chunk_words, first_chunk_min_words=first_chunk_min_words)
 

@@ -5,16 +5,17 @@ import logging
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from s2s.config_errors import ConfigError, Range, ValidationContext
-from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
+from s2s.config_errors import Range, ValidationContext
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import loadable, model_folder_error
-from s2s.stage import Stage, require
+from s2s.runtimes import Runtime
+from s2s.stage import require
 
 log = logging.getLogger(__name__)
 
 
-class MLXLM(TemplateTools, LLMStage, Stage):
+class MLXLM(TemplateTools, LLMStage):
     """A chat model run by ``mlx_lm.stream_generate``; closing the reply stops generation at the next token.
 
     Args:
@@ -30,11 +31,13 @@ class MLXLM(TemplateTools, LLMStage, Stage):
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
     """
 
+    requires = Runtime("mlx", option="mlx_lm", instead="llm=transformers")
+
     def __init__(self, model: str = "mlx-community/Qwen2.5-0.5B-Instruct-4bit", system_prompt: str | None = None,
                  max_new_tokens: Annotated[int, Range(1, 4096)] = 64, history_turns: Annotated[int, Range(0)] = 4,
                  temperature: Annotated[float, Range(0, 5)] = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
                  tools: str | None = None, first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS) -> None:
         self.model_name = model
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -45,9 +48,6 @@ class MLXLM(TemplateTools, LLMStage, Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        if "mlx" in context.unavailable:
-            raise ConfigError(context.group, "mlx_lm", f"another option on platform {context.platform} "
-                                                       f"({context.unavailable['mlx']}), e.g. llm=transformers")
         if error := model_folder_error(kwargs["model"], context, "mlx-community/Qwen2.5-0.5B-Instruct-4bit"):
             raise error
         check_module(kwargs["tools"], f"{context.group}.tools")

@@ -2,26 +2,17 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from s2s.config_errors import Range, ValidationContext
-from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
 from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
-from s2s.stage import Stage, require
-
-log = logging.getLogger(__name__)
-NO_KEY = "no-key"  # local servers ignore the key, but the SDK refuses to start without one
+from s2s.openai_api import cause, check_base_url, connect, detail
+from s2s.stage import require
 
 
-def check_base_url(base_url: Any, context: ValidationContext) -> None:
-    """An OpenAI-compatible server's API root must be an http(s) URL (shared by llm=openai and stt=openai)."""
-    if isinstance(base_url, str) and not base_url.startswith(("http://", "https://")):
-        raise context.error("base_url", base_url, "an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
-
-
-class OpenAILM(LLMStage, Stage):
+class OpenAILM(LLMStage):
     """Streams chat replies from an OpenAI-compatible server.
 
     Args:
@@ -46,7 +37,7 @@ class OpenAILM(LLMStage, Stage):
                  timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0, system_prompt: str | None = None,
                  history_turns: Annotated[int, Range(0)] = 4, tools: str | None = None,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = 3,
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
                  ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -164,41 +155,3 @@ class OpenAILM(LLMStage, Stage):
     def describe(self) -> dict[str, Any]:
         return {"model": self.model, "base_url": self.base_url, "api": self.api,
                 **({"tools": self.tools} if self.tools else {})}
-
-
-def connect(openai: Any, base_url: str, api_key: str | None, timeout_s: float, group: str) -> tuple[Any, list[str]]:
-    """An ``openai.OpenAI`` client and the models the server lists; one-line errors if it is unreachable or
-    refuses the key (shared by llm=openai and stt=openai)."""
-    where = f"{group}=openai at {base_url}"
-    client = openai.OpenAI(base_url=base_url, api_key=api_key or NO_KEY, timeout=timeout_s, max_retries=0)
-    try:
-        return client, [model.id for model in client.models.list()]
-    except openai.APIConnectionError as error:
-        client.close()
-        raise RuntimeError(f"{where}: no server answered ({cause(error)}); check {group}.base_url") from None
-    except (openai.AuthenticationError, openai.PermissionDeniedError) as error:
-        client.close()
-        raise RuntimeError(f"{where}: the server refused the API key (HTTP {error.status_code}: "
-                           f"{detail(error)}); set OPENAI_API_KEY or {group}.api_key") from None
-    except openai.APIStatusError as error:  # some servers have no model list: the caller probes the model
-        log.debug("%s: GET /models answered HTTP %s", where, error.status_code)
-        return client, []
-
-
-def detail(error: Any) -> str:
-    """The server's own message from an error body, else the SDK's, on one line."""
-    body = getattr(error, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else inner
-        text = str(message or body)
-    else:
-        text = str(getattr(error, "message", error))
-    return " ".join(text.split())[:300]
-
-
-def cause(error: BaseException) -> str:
-    """The low-level reason under an SDK error (ConnectError, ReadTimeout, RemoteProtocolError...), on one line."""
-    inner = error.__cause__ or error.__context__
-    text = f"{type(inner).__name__}: {inner}" if inner else f"{type(error).__name__}: {error}"
-    return " ".join(text.split())[:300]

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from s2s import torch_support
 from s2s.config_errors import Range, ValidationContext
-from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import (
     build_once,
@@ -21,7 +21,7 @@ from s2s.models import (
     model_source,
 )
 from s2s.sharing import shared_model
-from s2s.stage import MissingExtraError, Stage, require
+from s2s.stage import MissingExtraError, require
 
 log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
@@ -70,7 +70,7 @@ def resolve_model(model: str, cache_dir: str | None) -> str:
     return loadable(model)  # a local folder, or a hub id transformers resolves (offline: the local HF cache)
 
 
-class TransformersLM(TemplateTools, LLMStage, Stage):
+class TransformersLM(TemplateTools, LLMStage):
     """A chat model run by transformers' ``generate``, streamed with ``TextIteratorStreamer``.
 
     Args:
@@ -96,7 +96,7 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
                  temperature: Annotated[float, Range(0, 5)] = 0.0, cache_dir: str | None = None,
                  tools: str | None = None, repetition_penalty: Annotated[float, Range(1, 2)] = 1.15,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = 3) -> None:
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS) -> None:
         self.model_name = model
         self.device = device
         self.dtype = dtype
@@ -134,6 +134,21 @@ class TransformersLM(TemplateTools, LLMStage, Stage):
         self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+        """Generate a reply in a worker thread and yield its text as the streamer decodes it.
+
+        ``generate`` runs in a daemon thread feeding a ``TextIteratorStreamer`` whose queue holds only
+        ``STREAM_AHEAD`` pieces, so generation pauses while nobody reads. Closing this generator (barge-in,
+        cancel) sets a stopping criterion, drains the queue until the thread notices, and joins it; an error
+        raised by ``generate`` is re-raised here, in the stage's own thread. With tools, ``<tool_call>`` blocks
+        are taken out of the spoken text and yielded as ``ToolCall``s after it.
+
+        Args:
+            messages: the chat in OpenAI form (system, history, user); tools are added by the chat template
+                or, for templates without a tools section, to the system prompt.
+
+        Yields:
+            Text pieces (about a word each), then any ``ToolCall`` the reply made.
+        """
         from transformers import (
             LogitsProcessorList,
             RepetitionPenaltyLogitsProcessor,

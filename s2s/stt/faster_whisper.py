@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 from s2s import audio
 from s2s.config_errors import OneOf, Range, ValidationContext
-from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
 from s2s.models import loadable, model_folder_error, model_source
 from s2s.sharing import shared_model
-from s2s.stage import Stage, require
+from s2s.stage import require
+from s2s.stt.base import STTStage
 from s2s.stt.languages import WHISPER_LANGUAGES
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ def resolve_model(model: str) -> str:
     return loadable(model)
 
 
-class FasterWhisperSTT(Stage):
+class FasterWhisperSTT(STTStage):
     """Transcribes each utterance with faster-whisper.
 
     Args:
@@ -53,8 +52,7 @@ class FasterWhisperSTT(Stage):
             turns. null: faster-whisper's own 30 s windows (also used for any utterance over 30 s).
     """
 
-    accepts = (SpeechSegment,)
-    emits = (Transcript,)
+    sample_rate = RATE
 
     def __init__(self, model: str = "tiny.en", device: str = "auto",
                  compute_type: Literal["default", "int8", "int8_float16", "float16", "float32"] = "default",
@@ -88,7 +86,10 @@ class FasterWhisperSTT(Stage):
                                                 compute_type=compute_type, cpu_threads=threads))
 
     def warm_up(self) -> None:
-        self._transcribe(audio.silence(1.0, RATE), self.language or "en")
+        self._transcribe(audio.silence(1.0, RATE), self.language or "en")  # "en": no language detection
+
+    def transcribe(self, samples: Any) -> tuple[str, str]:
+        return self._transcribe(samples, self.language)
 
     def _transcribe(self, samples: Any, language: str | None) -> tuple[str, str]:
         """The utterance's text and language: one short window when it fits, else faster-whisper's 30 s ones."""
@@ -137,16 +138,6 @@ class FasterWhisperSTT(Stage):
         if unsure or get_compression_ratio(text) > LOOPING:  # faster-whisper would retry hotter: let it
             return self._transcribe_full(samples, language)
         return text, language
-
-    def process(self, message: Data) -> Iterator[Message]:
-        assert isinstance(message, SpeechSegment)
-        samples = audio.resample(message.samples, message.sample_rate, RATE)
-        text, language = self._transcribe(samples, self.language)
-        if text:
-            yield Transcript(text, message.turn, language)
-        else:
-            log.info("turn %d: no words recognised, no reply", message.turn)
-            yield TurnEnd(message.turn)  # closes the turn (a half-duplex microphone listens again)
 
     def close(self) -> None:
         self._model = None

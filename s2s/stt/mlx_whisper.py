@@ -1,22 +1,17 @@
 """Whisper on MLX through mlx-whisper (Metal on Apple silicon; ``mlx[cpu]`` elsewhere)."""
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from s2s import audio
-from s2s.config_errors import ConfigError, OneOf, ValidationContext
-from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.config_errors import OneOf, ValidationContext
 from s2s.models import loadable, model_folder_error
-from s2s.stage import Stage, require
+from s2s.runtimes import Runtime
+from s2s.stage import require
+from s2s.stt.base import STTStage
 from s2s.stt.languages import WHISPER_LANGUAGES
 
-log = logging.getLogger(__name__)
-RATE = 16000
 
-
-class MLXWhisperSTT(Stage):
+class MLXWhisperSTT(STTStage):
     """Transcribes each utterance with ``mlx_whisper.transcribe`` (greedy, no temperature fallback).
 
     Args:
@@ -26,8 +21,7 @@ class MLXWhisperSTT(Stage):
         language: language code, or null to detect it per turn; the transcript carries the language.
     """
 
-    accepts = (SpeechSegment,)
-    emits = (Transcript,)
+    requires = Runtime("mlx", option="mlx_whisper", instead="stt=faster_whisper")
 
     def __init__(self, model: str = "mlx-community/whisper-large-v3-turbo",
                  dtype: Literal["float16", "float32"] = "float16",
@@ -35,14 +29,11 @@ class MLXWhisperSTT(Stage):
         self.model_name = model
         self.dtype = dtype
         self.language = language
-        self._transcribe: Any = None
+        self._mlx_transcribe: Any = None
         self._path = model
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        if "mlx" in context.unavailable:
-            raise ConfigError(context.group, "mlx_whisper", f"another option on platform {context.platform} "
-                                                            f"({context.unavailable['mlx']}), e.g. stt=faster_whisper")
         if error := model_folder_error(kwargs["model"], context, "mlx-community/whisper-large-v3-turbo"):
             raise error
 
@@ -53,27 +44,15 @@ class MLXWhisperSTT(Stage):
 
         self._path = loadable(self.model_name)
         ModelHolder.get_model(self._path, getattr(mx, self.dtype))  # load now, not on the first turn
-        self._transcribe = mlx_whisper.transcribe
+        self._mlx_transcribe = mlx_whisper.transcribe
 
-    def warm_up(self) -> None:
-        self._run(audio.silence(1.0, RATE))
-
-    def _run(self, samples: Any) -> dict[str, Any]:
-        return self._transcribe(samples, path_or_hf_repo=self._path, language=self.language, temperature=0.0,
-                                condition_on_previous_text=False, fp16=self.dtype == "float16", verbose=None)
-
-    def process(self, message: Data) -> Iterator[Message]:
-        assert isinstance(message, SpeechSegment)
-        result = self._run(audio.resample(message.samples, message.sample_rate, RATE))
-        text = str(result.get("text", "")).strip()
-        if text:
-            yield Transcript(text, message.turn, self.language or result.get("language"))
-        else:
-            log.info("turn %d: no words recognised, no reply", message.turn)
-            yield TurnEnd(message.turn)
+    def transcribe(self, samples: Any) -> tuple[str, str | None]:
+        result = self._mlx_transcribe(samples, path_or_hf_repo=self._path, language=self.language, temperature=0.0,
+                                  condition_on_previous_text=False, fp16=self.dtype == "float16", verbose=None)
+        return str(result.get("text", "")).strip(), self.language or result.get("language")
 
     def close(self) -> None:
-        self._transcribe = None
+        self._mlx_transcribe = None
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model_name, "device": "mlx (Metal on Apple silicon, else CPU)",

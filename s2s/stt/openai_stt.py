@@ -3,18 +3,14 @@ transformers serve, ...) through the ``openai`` package."""
 from __future__ import annotations
 
 import io
-import logging
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 from s2s import audio
 from s2s.config_errors import OneOf, Range, ValidationContext
-from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
-from s2s.stage import Stage, require
+from s2s.openai_api import cause, check_base_url, connect, detail
+from s2s.stage import require
+from s2s.stt.base import STTStage, TranscriptionFailed
 from s2s.stt.languages import WHISPER_LANGUAGES
-
-log = logging.getLogger(__name__)
-RATE = 16000
 
 
 def wav_bytes(samples: Any, rate: int) -> bytes:
@@ -25,7 +21,7 @@ def wav_bytes(samples: Any, rate: int) -> bytes:
     return buffer.getvalue()
 
 
-class OpenAISTT(Stage):
+class OpenAISTT(STTStage):
     """Sends each utterance as a 16 kHz WAV to ``POST {base_url}/audio/transcriptions``.
 
     Args:
@@ -36,9 +32,6 @@ class OpenAISTT(Stage):
             reaches the transcript where the server reports it).
         timeout_s: how long one request may take before the turn is dropped with an error.
     """
-
-    accepts = (SpeechSegment,)
-    emits = (Transcript,)
 
     def __init__(self, model: str = "whisper-1", base_url: str = "https://api.openai.com/v1",
                  api_key: str | None = None, language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
@@ -53,19 +46,15 @@ class OpenAISTT(Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        from s2s.llm.openai_lm import check_base_url
-
         check_base_url(kwargs["base_url"], context)
 
     def setup(self) -> None:
-        from s2s.llm.openai_lm import connect, detail
-
         self._openai = require("openai", backend="stt=openai", extra="openai")
         self._client, served = connect(self._openai, self.base_url, self.api_key, self.timeout_s, "stt")
         if self.model in served:
             return
         try:  # not listed (many servers list only some models): a short silence says whether it is served
-            self._transcribe(audio.silence(0.5, RATE))
+            self._request(audio.silence(0.5, self.sample_rate))
         except self._openai.APIConnectionError as error:
             raise RuntimeError(f"stt=openai at {self.base_url}: the server stopped answering ({error})") from None
         except self._openai.APIStatusError as error:
@@ -73,29 +62,22 @@ class OpenAISTT(Stage):
             raise RuntimeError(f"stt=openai at {self.base_url}: model {self.model!r} is not served: HTTP "
                                f"{error.status_code}: {detail(error)}{listed}; check stt.model") from None
 
-    def _transcribe(self, samples: Any) -> tuple[str, str | None]:
+    def warm_up(self) -> None:
+        """Nothing: setup already checked that the server serves the model; a throwaway request adds nothing."""
+
+    def transcribe(self, samples: Any) -> tuple[str, str | None]:
+        try:
+            return self._request(samples)
+        except self._openai.APIError as error:  # a transient server failure costs this turn, not the session
+            raise TranscriptionFailed(f"stt=openai at {self.base_url} failed: {cause(error)}") from error
+
+    def _request(self, samples: Any) -> tuple[str, str | None]:
+        """One ``POST /audio/transcriptions``; the SDK's errors pass through (setup reads them its own way)."""
         options: dict[str, Any] = {"language": self.language} if self.language else {"response_format": "verbose_json"}
-        upload = ("speech.wav", wav_bytes(samples, RATE), "audio/wav")
+        upload = ("speech.wav", wav_bytes(samples, self.sample_rate), "audio/wav")
         result = self._client.audio.transcriptions.create(model=self.model, file=upload, **options)
         language = self.language or language_code(getattr(result, "language", None))
         return (result.text or "").strip(), language
-
-    def process(self, message: Data) -> Iterator[Message]:
-        assert isinstance(message, SpeechSegment)
-        samples = audio.resample(message.samples, message.sample_rate, RATE)
-        try:
-            text, language = self._transcribe(samples)
-        except self._openai.APIError as error:  # a transient server failure costs this turn, not the session
-            from s2s.llm.openai_lm import cause
-
-            log.error("turn %d: stt=openai at %s failed: %s", message.turn, self.base_url, cause(error))
-            yield TurnEnd(message.turn)
-            return
-        if text:
-            yield Transcript(text, message.turn, language)
-        else:
-            log.info("turn %d: no words recognised, no reply", message.turn)
-            yield TurnEnd(message.turn)
 
     def close(self) -> None:
         if self._client is not None:

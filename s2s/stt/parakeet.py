@@ -1,28 +1,23 @@
 """NVIDIA Parakeet TDT: onnx-asr (onnxruntime, any OS) or parakeet-mlx (Apple silicon), chosen per platform."""
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from s2s import audio
 from s2s.config_errors import OneOf, ValidationContext
-from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
 from s2s.models import local_path, model_folder_error
-from s2s.stage import Stage, require
+from s2s.runtimes import ByBackend, Runtime
+from s2s.stage import require
+from s2s.stt.base import STTStage
 from s2s.stt.languages import WHISPER_LANGUAGES
 
-log = logging.getLogger(__name__)
-RATE = 16000
 # Published checkpoints by name: onnx-asr's model names (istupakov's ONNX exports) and mlx-community's repos.
 MODELS = {
     "parakeet-tdt-0.6b-v2": {"onnx": "nemo-parakeet-tdt-0.6b-v2", "mlx": "mlx-community/parakeet-tdt-0.6b-v2"},
     "parakeet-tdt-0.6b-v3": {"onnx": "nemo-parakeet-tdt-0.6b-v3", "mlx": "mlx-community/parakeet-tdt-0.6b-v3"},
 }
-RUNTIME = {"onnx": "onnxruntime", "mlx": "mlx"}  # the runtime each backend needs (platform.unavailable)
 
 
-class ParakeetSTT(Stage):
+class ParakeetSTT(STTStage):
     """Transcribes each utterance with Parakeet TDT (English v2, 25 European languages v3).
 
     Args:
@@ -35,8 +30,7 @@ class ParakeetSTT(Stage):
             unknown, so a language-switching TTS keeps its own.
     """
 
-    accepts = (SpeechSegment,)
-    emits = (Transcript,)
+    requires = ByBackend({"onnx": Runtime("onnxruntime"), "mlx": Runtime("mlx")})
 
     def __init__(self, model: str = "parakeet-tdt-0.6b-v2", backend: Literal["onnx", "mlx"] = "onnx",
                  quantization: Literal["int8"] | None = None,
@@ -49,12 +43,7 @@ class ParakeetSTT(Stage):
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        backend = kwargs["backend"]
-        if RUNTIME[backend] in context.unavailable:
-            others = ", ".join(name for name, runtime in RUNTIME.items() if runtime not in context.unavailable)
-            why = context.unavailable[RUNTIME[backend]]
-            raise context.error("backend", backend, f"one of {others} on platform {context.platform} ({why})")
-        if backend == "mlx" and kwargs["quantization"] is not None:
+        if kwargs["backend"] == "mlx" and kwargs["quantization"] is not None:
             raise context.error("quantization", kwargs["quantization"],
                                 "null with backend=mlx (quantized MLX checkpoints are separate repos: set stt.model)")
         if error := model_folder_error(kwargs["model"], context, "parakeet-tdt-0.6b-v3"):
@@ -78,26 +67,15 @@ class ParakeetSTT(Stage):
             kind = "nemo-conformer-tdt" if local else source  # a folder: its files say the rest
             self._model = onnx_asr.load_model(kind, source if local else None, quantization=self.quantization)
 
-    def warm_up(self) -> None:
-        self._transcribe(audio.silence(1.0, RATE))
-
-    def _transcribe(self, samples: Any) -> str:
+    def transcribe(self, samples: Any) -> tuple[str, str | None]:
+        """The text, labelled with ``language`` (Parakeet reports none)."""
         if self.backend == "mlx":
             import mlx.core as mx
             from parakeet_mlx.audio import get_logmel
 
             mel = get_logmel(mx.array(samples), self._model.preprocessor_config)
-            return self._model.generate(mel)[0].text.strip()
-        return str(self._model.recognize(samples, sample_rate=RATE)).strip()
-
-    def process(self, message: Data) -> Iterator[Message]:
-        assert isinstance(message, SpeechSegment)
-        text = self._transcribe(audio.resample(message.samples, message.sample_rate, RATE))
-        if text:
-            yield Transcript(text, message.turn, self.language)
-        else:
-            log.info("turn %d: no words recognised, no reply", message.turn)
-            yield TurnEnd(message.turn)
+            return self._model.generate(mel)[0].text.strip(), self.language
+        return str(self._model.recognize(samples, sample_rate=self.sample_rate)).strip(), self.language
 
     def close(self) -> None:
         self._model = None

@@ -1,21 +1,17 @@
 """Whisper through transformers (any size, fine-tunes, distil-whisper); a hub id or a local folder."""
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from s2s import audio, torch_support
+from s2s import torch_support
 from s2s.config_errors import OneOf, Range, ValidationContext
-from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
 from s2s.models import loadable, model_folder_error
-from s2s.stage import Stage, require
+from s2s.stage import require
+from s2s.stt.base import STTStage
 from s2s.stt.languages import WHISPER_LANGUAGES
 
-log = logging.getLogger(__name__)
 
-
-class WhisperSTT(Stage):
+class WhisperSTT(STTStage):
     """Transcribes each utterance with transformers' ``WhisperForConditionalGeneration``.
 
     Args:
@@ -27,9 +23,6 @@ class WhisperSTT(Stage):
         max_new_tokens: cap on tokens per utterance.
         num_beams: 1 is greedy and fastest.
     """
-
-    accepts = (SpeechSegment,)
-    emits = (Transcript,)
 
     def __init__(self, model: str = "openai/whisper-tiny", device: str = "auto",
                  dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
@@ -61,18 +54,12 @@ class WhisperSTT(Stage):
         self._model = self._model.to(self.device).eval()
         self._multilingual = bool(getattr(self._model.generation_config, "is_multilingual", False))
 
-    @property
-    def rate(self) -> int:
-        return int(self._processor.feature_extractor.sampling_rate)
-
-    def warm_up(self) -> None:
-        self._transcribe(audio.silence(1.0, self.rate))
-
     def _features(self, samples: Any) -> Any:
-        features = self._processor.feature_extractor(samples, sampling_rate=self.rate, return_tensors="pt")
+        # the extractor refuses a rate other than its own: a checkpoint that is not 16 kHz fails loudly here
+        features = self._processor.feature_extractor(samples, sampling_rate=self.sample_rate, return_tensors="pt")
         return features.input_features.to(self.device, self._model.dtype)
 
-    def _transcribe(self, samples: Any) -> tuple[str, str | None]:
+    def transcribe(self, samples: Any) -> tuple[str, str | None]:
         import torch
 
         features = self._features(samples)
@@ -87,15 +74,6 @@ class WhisperSTT(Stage):
             ids = self._model.generate(features, **options)
         text = self._processor.batch_decode(ids, skip_special_tokens=True)[0].strip()
         return text, language or "en"  # English-only checkpoints (*.en) speak English
-
-    def process(self, message: Data) -> Iterator[Message]:
-        assert isinstance(message, SpeechSegment)
-        text, language = self._transcribe(audio.resample(message.samples, message.sample_rate, self.rate))
-        if text:
-            yield Transcript(text, message.turn, language)
-        else:
-            log.info("turn %d: no words recognised, no reply", message.turn)
-            yield TurnEnd(message.turn)
 
     def close(self) -> None:
         self._model = self._processor = None

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from s2s import torch_support
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.models import local_path, model_folder_error
+from s2s.runtimes import ByBackend, Runtime
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 from s2s.tts.g2p import packaged_spacy_model
@@ -71,6 +72,7 @@ class KokoroTTS(TTSStage):
     """
 
     sample_rate = 24000
+    requires = ByBackend({"torch": None, "mlx": Runtime("mlx")})
 
     def __init__(self, voice: str = "af_heart", lang_code: LangCode = "a",
                  speed: Annotated[float, Range(0.25, 4)] = 1.0, model: str = DEFAULT_MODEL,
@@ -90,9 +92,6 @@ class KokoroTTS(TTSStage):
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         backend, voice, model = kwargs["backend"], kwargs["voice"], kwargs["model"]
         errors: list[ConfigError] = []
-        if backend == "mlx" and "mlx" in context.unavailable:
-            errors.append(context.error("backend", backend, f"torch on platform {context.platform} "
-                                                            f"({context.unavailable['mlx']})"))
         if is_voice_file(voice):
             if not voice.endswith(VOICE_SUFFIX[backend]):
                 errors.append(context.error("voice", voice, f"a voice name or a {VOICE_SUFFIX[backend]} voice file "

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from s2s.config_errors import MUST_EXIST
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.models import model_folder_error
+from s2s.runtimes import ByBackend, Runtime
 from s2s.tts.base import TTSStage
 from s2s.tts.qwen3.faster import FasterQwen3
 from s2s.tts.qwen3.mlx import MLXQwen3
@@ -36,8 +37,6 @@ GGML_MODELS = tuple(f"Qwen/Qwen3-TTS-12Hz-{name}" for name in (
 GGML_ONLY = ("gguf_talker_path", "gguf_codec_path", "ref_cache_dir", "ref_spk", "ref_rvq")
 TORCH_ONLY = ("dtype", "attn_implementation")
 
-# The runtime each backend needs; the platform configs say where a runtime is unavailable, and why.
-RUNTIME = {"ggml": "qwentts_cpp", "torch": "cuda_graphs", "mlx": "mlx"}
 
 
 def voice_errors(args: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
@@ -86,19 +85,9 @@ def voice_errors(args: dict[str, Any], context: ValidationContext) -> list[Confi
 
 
 def check_backend(args: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
-    """Platform, device and per-backend keys: each key of another backend must stay null."""
+    """Per-backend keys: each key of another backend must stay null (``Qwen3TTS.requires`` covers platform and device)."""
     errors: list[ConfigError] = []
     backend, quantization = args["backend"], args["quantization"]
-    if RUNTIME[backend] in context.unavailable:
-        allowed = [name + (" (with a CUDA device)" if name == "torch" and context.accelerator != "cuda" else "")
-                   for name, runtime in RUNTIME.items() if runtime not in context.unavailable]
-        reason = context.unavailable[RUNTIME[backend]]
-        expected = (f"one of {', '.join(allowed)} on platform {context.platform}" if allowed
-                    else f"another TTS: no Qwen3-TTS backend runs on platform {context.platform}")
-        return [context.error("backend", backend, f"{expected} ({reason})")]
-    if backend == "torch" and not str(args["device"]).startswith("cuda"):
-        errors.append(context.error("device", args["device"], "cuda: faster-qwen3-tts's torch backend runs on CUDA "
-                                    "graphs (Linux or Windows with an NVIDIA GPU); otherwise pick another backend"))
     for key in GGML_ONLY:
         if backend != "ggml" and args[key] is not None:
             errors.append(context.error(key, args[key], f"null with backend={backend} ({key} is for backend ggml)"))
@@ -153,6 +142,13 @@ class Qwen3TTS(TTSStage):
     """
 
     sample_rate = 24000
+    # the runtime each backend needs; the platform configs say where a runtime is unavailable, and why
+    requires = ByBackend({
+        "ggml": Runtime("qwentts_cpp"),
+        "torch": Runtime("cuda_graphs", device="cuda", device_reason="faster-qwen3-tts's torch backend runs on "
+                         "CUDA graphs (Linux or Windows with an NVIDIA GPU); otherwise pick another backend"),
+        "mlx": Runtime("mlx"),
+    }, none_left="another TTS: no Qwen3-TTS backend runs")
 
     def __init__(self, model: str = DEFAULT_MODEL, backend: Literal["ggml", "torch", "mlx"] = "ggml",
                  device: str = "auto", language: str = "auto", speaker: str | None = None,

@@ -1,0 +1,78 @@
+"""The STT base: every backend writes only ``transcribe``; resampling and the turn's ending are the base's."""
+from __future__ import annotations
+
+import importlib
+import logging
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import CONF_DIR
+from s2s.messages import SpeechSegment, Transcript, TurnEnd
+from s2s.stt.base import STTStage, TranscriptionFailed
+
+
+def stt_backends() -> list[type]:
+    """The class behind every option of the stt group (``_*`` files are bases, not options)."""
+    classes = []
+    for path in sorted((CONF_DIR / "stt").glob("[!_]*.yaml")):
+        module, _, name = OmegaConf.load(path)._target_.rpartition(".")
+        classes.append(getattr(importlib.import_module(module), name))
+    return classes
+
+
+@pytest.mark.parametrize("cls", stt_backends(), ids=lambda cls: cls.__name__)
+def test_every_backend_writes_transcribe_and_nothing_of_the_turn(cls):
+    assert issubclass(cls, STTStage)
+    assert "transcribe" in vars(cls)
+    assert not {"process", "accepts", "emits"} & set(vars(cls)), "the base owns process and the message types"
+    assert cls.sample_rate == 16000
+
+
+class Scripted(STTStage):
+    """Answers from a script and keeps what it was given."""
+
+    def __init__(self, *answers: tuple[str, str | None] | Exception) -> None:
+        self.answers = list(answers)
+        self.heard: list[np.ndarray] = []
+
+    def transcribe(self, samples):
+        self.heard.append(samples)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def segment(rate: int, seconds: float, turn: int) -> SpeechSegment:
+    return SpeechSegment(np.zeros(int(rate * seconds), np.float32), rate, turn, 0.0, seconds)
+
+
+def test_the_base_resamples_and_yields_the_transcript_with_its_language():
+    stage = Scripted(("Hello there.", "en"), ("Bonjour.", None))
+    assert list(stage.process(segment(48000, 0.5, 3))) == [Transcript("Hello there.", 3, "en")]
+    assert list(stage.process(segment(16000, 0.25, 4))) == [Transcript("Bonjour.", 4, None)]
+    assert [len(samples) for samples in stage.heard] == [8000, 4000]  # 16 kHz whatever came in
+    assert all(samples.dtype == np.float32 and samples.ndim == 1 for samples in stage.heard)
+
+
+def test_no_words_and_a_failed_request_each_end_the_turn_with_one_log_line(caplog):
+    stage = Scripted(("", "en"), TranscriptionFailed("stt=x at http://h failed: ReadTimeout"))
+    with caplog.at_level(logging.INFO, logger="s2s.stt.base"):
+        assert list(stage.process(segment(16000, 0.1, 7))) == [TurnEnd(7)]
+        assert list(stage.process(segment(16000, 0.1, 8))) == [TurnEnd(8)]
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.INFO, "turn 7: no words recognised, no reply"),
+        (logging.ERROR, "turn 8: stt=x at http://h failed: ReadTimeout")]
+
+
+def test_other_errors_still_stop_the_run():
+    with pytest.raises(RuntimeError, match="broken"):
+        list(Scripted(RuntimeError("broken")).process(segment(16000, 0.1, 1)))
+
+
+def test_warm_up_transcribes_a_second_of_silence():
+    stage = Scripted(("", None))
+    stage.warm_up()
+    assert [len(samples) for samples in stage.heard] == [16000] and not stage.heard[0].any()
