@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from s2s.config_errors import ConfigError, Range, ValidationContext
-from s2s.llm.base import FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import build_once, cache_root, local_path, model_source
 from s2s.sharing import shared_model
-from s2s.stage import Stage, require
+from s2s.stage import require
 
 log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
@@ -103,7 +103,7 @@ def model_error(model: str, context: ValidationContext) -> ConfigError | None:
     return None
 
 
-class CTranslate2LM(TemplateTools, LLMStage, Stage):
+class CTranslate2LM(TemplateTools, LLMStage):
     """A chat model run by ``ctranslate2.Generator.generate_tokens``; the reply is pulled token by token.
 
     Args:
@@ -133,7 +133,7 @@ class CTranslate2LM(TemplateTools, LLMStage, Stage):
                  temperature: Annotated[float, Range(0, 5)] = 0.0,
                  repetition_penalty: Annotated[float, Range(1, 2)] = 1.15, static_prompt: bool = True,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = 3, cache_dir: str | None = None,
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS, cache_dir: str | None = None,
                  tools: str | None = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("auto", "mps") else device  # validation has resolved auto already
