@@ -157,7 +157,7 @@ class Recorder:
 
     def _turn(self, number: int) -> Turn:
         if self._gate.is_discarded(number):
-            return Turn(number)  # late news of a dropped attempt: recorded nowhere
+            return Turn(number, speculative=True)  # late news of a dropped attempt: recorded, shown nowhere
         return self.turns.setdefault(number, Turn(number))
 
     # --- Observer protocol -------------------------------------------------------------------------

@@ -135,3 +135,35 @@ def test_a_listener_may_ask_the_gate_about_the_turn_it_is_told_of():
     turns.observe(segment(1))
     turns.observe(TurnDiscarded(1))
     assert seen == [(OPENED, True, False), (CONFIRMED, False, False), (OPENED, True, False), (DISCARDED, False, True)]
+
+
+# ---------------------------------------------------------------- the Recorder follows a gate
+def test_the_recorder_holds_console_lines_until_the_gate_confirms_and_forgets_what_it_discards(tmp_path, capsys):
+    from s2s.messages import Transcript
+    from s2s.metrics import Recorder
+
+    turns = TurnGate()
+    recorder = Recorder(tmp_path, console=True)
+    recorder.watch(turns)
+    for number in (0, 1):
+        recorder.on_output("vad", segment(number), 1.0)
+        turns.observe(segment(number))
+        recorder.on_output("stt", Transcript(f"turn {number}", number), 2.0)
+    assert capsys.readouterr().out == ""  # both still speculative
+    turns.observe(TurnDiscarded(0))
+    recorder.on_output("stt", Transcript("late", 0), 3.0)  # late news of a dropped attempt
+    turns.observe(TurnConfirmed(1, 1.5))
+    assert capsys.readouterr().out == "you: turn 1\n"
+    assert list(recorder.turns) == [1] and not recorder.turns[1].speculative
+
+
+def test_a_recorder_no_graph_hands_a_gate_to_follows_the_messages_it_sees(tmp_path):
+    from s2s.metrics import Recorder
+
+    recorder = Recorder(tmp_path)
+    recorder.on_output("vad", segment(0), 1.0)
+    recorder.on_output("vad", TurnDiscarded(0), 2.0)
+    recorder.on_output("vad", segment(1), 3.0)
+    assert list(recorder.turns) == [1] and recorder.turns[1].speculative
+    recorder.on_output("vad", TurnConfirmed(1, 1.5), 4.0)
+    assert not recorder.turns[1].speculative
