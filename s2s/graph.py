@@ -17,9 +17,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from s2s.messages import (Control, Data, EndOfStream, Message, Metric, SpeechSegment, SpeechStarted,
-                          TurnConfirmed, TurnDiscarded, TurnEnd)
+from s2s.messages import (AudioChunk, Control, Data, EndOfStream, Message, Metric, ReplyAudio, ReplyText,
+                          SpeechSegment, Transcript, TurnDiscarded, TurnEnd)
 from s2s.stage import Source, Stage
+from s2s.turns import TurnGate
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class Observer(Protocol):
 
     def on_metric(self, stage: str, metric: Metric) -> None: ...
 
+    # optional: ``watch(gate: TurnGate)`` is called once with the graph's turn gate, to listen to its events
+
 
 class NullObserver:
     def on_input(self, stage: str, message: Data, now: float) -> None: ...
@@ -46,6 +49,23 @@ class NullObserver:
     def on_output(self, stage: str, message: Message, now: float) -> None: ...
 
     def on_metric(self, stage: str, metric: Metric) -> None: ...
+
+    def watch(self, gate: TurnGate) -> None: ...
+
+
+# what a stage makes when it does not say (``emits``): the next step of the pipeline after what it accepts
+_NEXT: dict[type[Data], type[Data]] = {AudioChunk: SpeechSegment, SpeechSegment: Transcript, Transcript: ReplyText,
+                                       ReplyText: ReplyAudio}
+
+
+def makes(stage: Stage) -> tuple[type[Data], ...]:
+    """The data types ``stage`` produces: its ``emits``, or else what follows what it ``accepts``."""
+    return stage.emits or tuple(_NEXT[kind] for kind in stage.accepts if kind in _NEXT)
+
+
+def maker(stages: list[tuple[str, Stage]], kinds: tuple[type[Data], ...]) -> int | None:
+    """The index of the first stage between the source and the sink that makes one of ``kinds``, or None."""
+    return next((index for index in range(1, len(stages) - 1) if set(makes(stages[index][1])) & set(kinds)), None)
 
 
 @dataclass
@@ -109,34 +129,46 @@ class Graph:
         if not stages or not isinstance(stages[0][1], Source):
             raise ValueError("a graph starts with a Source stage")
         self.stages = stages
+        self._sink = len(stages) - 1  # the end of the chain, whatever it consumes
         self.observer = observer or NullObserver()
-        self.barge_in = barge_in
-        # half duplex: ignore a live source from the end of the user's turn until the reply has played
-        self.half_duplex = (stages[0][1].live and not barge_in) if half_duplex is None else half_duplex
-        self._deaf_turn: int | None = None
         self.stop_timeout_s = stop_timeout_s
         self._queues: list[queue.Queue[Message]] = [queue.Queue() for _ in stages[1:]]
+        # speculation, confirmation, discards, barge-in and half duplex (ignore a live source from the end of
+        # the user's turn until the reply has played): work starts early, nothing reaches the sink too early
+        self.turns = TurnGate(self._queues[-1].put if self._queues else lambda message: None, barge_in=barge_in,
+                              half_duplex=(stages[0][1].live and not barge_in) if half_duplex is None else half_duplex)
+        watch = getattr(self.observer, "watch", None)
+        if callable(watch):
+            watch(self.turns)
         self._threads: list[threading.Thread] = []
         self._stop = threading.Event()
         self._failure: StageFailure | None = None
         self._failure_lock = threading.Lock()
-        self._cancel_below = -1  # data for turns below this is stale (barge-in); only ever grows
-        # speculative turns: work starts before the turn is confirmed, but nothing reaches the sink until then
-        self._discarded: set[int] = set()  # speculative attempts the user spoke over: all their data is stale
-        self._unconfirmed: set[int] = set()
-        self._held: dict[int, list[Message]] = {}  # what was bound for the sink while its turn was unconfirmed
-        self._gate = threading.Lock()
-        # first audio first: the stage feeding the one that makes the sink's data (the LLM before the TTS) hands on
-        # a turn's first piece, then waits until that piece has been made into output (at most this long), so the
-        # two do not share the CPU while the user waits for the first audio; 0 turns it off
+        # first audio first: the stage feeding the voice (the LLM before the TTS) hands on a turn's first piece,
+        # then waits until the voice has made that piece into audio (at most this long), so the two do not share
+        # the CPU while the user waits for the first audio; 0 turns it off. Roles come from what stages make.
         self.first_audio_wait_s = first_audio_wait_s
+        self._voice = maker(stages, (ReplyAudio,))
+        self._writer = None if self._voice is None else maker(stages, stages[self._voice][1].accepts or (ReplyText,))
         self._first_out: dict[int, threading.Event] = {}
         self._first_out_lock = threading.Lock()
+
+    @property
+    def barge_in(self) -> bool:
+        return self.turns.barge_in
+
+    @barge_in.setter
+    def barge_in(self, value: bool) -> None:  # the realtime server turns it on and off per session
+        self.turns.barge_in = value
+
+    @property
+    def half_duplex(self) -> bool:
+        return self.turns.half_duplex
 
     # ------------------------------------------------------------------ lifecycle
     def setup(self, warm_up: bool = True) -> dict[str, float]:
         """Set up (and warm up) stages, I/O first: a missing sound card fails before any model loads."""
-        order = sorted(range(len(self.stages)), key=lambda i: 0 if i in (0, len(self.stages) - 1) else 1)
+        order = sorted(range(len(self.stages)), key=lambda i: 0 if i in (0, self._sink) else 1)
         timings: dict[str, float] = {}
         for index in order:
             name, stage = self.stages[index]
@@ -181,9 +213,7 @@ class Graph:
         Stages working on such a turn have their ``process`` generator closed at its next output; the
         realtime server calls it for ``response.cancel``.
         """
-        if turn > self._cancel_below:
-            log.info("cancel: dropping replies to turns below %d", turn)
-            self._cancel_below = turn
+        self.turns.cancel_below(turn)
 
     def run(self) -> RunResult:
         """Run until the input ends, a stage fails, or Ctrl-C; never raises for stage errors."""
@@ -238,7 +268,7 @@ class Graph:
             for message in stream:
                 if self._stop.is_set():
                     return
-                if self._deaf_turn is None:
+                if not self.turns.deaf:
                     self._emit(0, message)
         finally:
             stream.close()
@@ -271,12 +301,12 @@ class Graph:
             self.observer.on_input(name, message, time.perf_counter())
             self._drain(index, stage.process(message), message)
             self.observer.on_done(name, message, time.perf_counter())
-            if index == len(self.stages) - 2:
+            if index == self._voice:
                 self._piece_made(message)  # the piece is done, even if it made no output
 
     def _drain(self, index: int, outputs: Iterator[Message], source: Data | None = None) -> None:
         """Forward a stage's outputs as they come; stop early (closing the generator) on stop or barge-in."""
-        yields = source is not None and self.first_audio_wait_s > 0 and index == len(self.stages) - 3
+        yields = source is not None and self.first_audio_wait_s > 0 and index == self._writer
         try:
             for output in outputs:
                 if self._stop.is_set() or (source is not None and self._stale(source)):
@@ -299,7 +329,7 @@ class Graph:
             return self._first_out[turn]
 
     def _piece_made(self, message: Message) -> None:
-        """The stage before the sink made output of, or finished, a piece of ``message``'s turn: its feeder goes on."""
+        """The voice made output of, or finished, a piece of ``message``'s turn: its feeder goes on."""
         turn = getattr(message, "turn", None)
         if self.first_audio_wait_s > 0 and isinstance(turn, int):
             self._first_output(turn).set()
@@ -313,37 +343,7 @@ class Graph:
                 return
 
     def _stale(self, message: Message) -> bool:
-        turn = getattr(message, "turn", None)
-        return turn is not None and (turn < self._cancel_below or turn in self._discarded)
-
-    def _speculate(self, message: Message) -> None:
-        """Out of band, as soon as the VAD says so: open, confirm or discard a speculative turn."""
-        if isinstance(message, SpeechSegment) and message.speculative:
-            with self._gate:
-                self._unconfirmed.add(message.turn)
-        elif isinstance(message, TurnConfirmed):
-            with self._gate:
-                if message.turn in self._unconfirmed:
-                    self._unconfirmed.discard(message.turn)
-                    for held in self._held.pop(message.turn, []):  # in order, before anything newer
-                        self._queues[-1].put(held)
-            if self.half_duplex:
-                self._deaf_turn = message.turn
-        elif isinstance(message, TurnDiscarded):
-            log.info("turn %d: the user went on speaking; its speculative reply is dropped", message.turn)
-            with self._gate:
-                self._discarded.add(message.turn)
-                self._unconfirmed.discard(message.turn)
-                self._held.pop(message.turn, None)
-
-    def _to_sink(self, message: Message) -> None:
-        """The sink's inbox, unless the message's turn is still unconfirmed: then it waits for the confirmation."""
-        turn = getattr(message, "turn", None)
-        with self._gate:
-            if turn is not None and turn in self._unconfirmed:
-                self._held.setdefault(turn, []).append(message)
-                return
-            self._queues[-1].put(message)
+        return self.turns.is_stale(getattr(message, "turn", None))
 
     def _emit(self, index: int, message: Message, forwarded: bool = False) -> None:
         """Hand ``message`` on; ``forwarded`` controls were acted on when their stage first emitted them."""
@@ -353,17 +353,12 @@ class Graph:
             return
         self.observer.on_output(name, message, time.perf_counter())
         if not forwarded:  # e.g. a TurnConfirmed passed on after the reply must not make the mic deaf again
-            self._speculate(message)
-        if self.half_duplex and isinstance(message, SpeechSegment) and not message.speculative:
-            self._deaf_turn = message.turn
-        elif isinstance(message, TurnEnd) and index == len(self.stages) - 1 and message.turn == self._deaf_turn:
-            self._deaf_turn = None
-        if isinstance(message, SpeechStarted) and self.barge_in and message.turn > self._cancel_below:
-            log.info("barge-in: user started turn %d, dropping older replies", message.turn)
-            self._cancel_below = message.turn
-        if index + 2 == len(self.stages):
-            if isinstance(message, Data):
+            self.turns.observe(message)
+        if isinstance(message, TurnEnd) and index == self._sink:
+            self.turns.played(message.turn)
+        if index + 1 == self._sink:  # the gate lets it through to the sink, or holds it
+            if isinstance(message, Data) and index == self._voice:
                 self._piece_made(message)
-            self._to_sink(message)
-        elif index + 1 < len(self.stages):
+            self.turns.admit(message)
+        elif index < self._sink:
             self._queues[index].put(message)

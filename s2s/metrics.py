@@ -1,7 +1,8 @@
 """Per-turn figures (voice-to-voice, STT, LLM, TTS) gathered from the messages the runner sees.
 
 Stages do not time themselves: the runner reports when each stage starts and finishes a message and when it
-emits one, and the roles follow from message types (whoever emits a Transcript is the STT, and so on).
+emits one, and the roles follow from message types (whoever emits a Transcript is the STT, and so on). Which
+turns stand is the turn gate's to say (s2s/turns.py): the Recorder listens to it.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from typing import Any
 from s2s import audio
 from s2s.platform import machine_info, peak_memory_mb
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, Transcript,
-                          TurnConfirmed, TurnDiscarded, TurnEnd)
+                          TurnConfirmed, TurnEnd)
+from s2s.turns import CONFIRMED, DISCARDED, OPENED, TurnEvent, TurnGate
 
 log = logging.getLogger("s2s.metrics")
 
@@ -40,7 +42,7 @@ class Turn:
     speech_end_at_s: float | None = None  # the last voiced frame
     closed_at_s: float | None = None  # the VAD let the segment go (work on the turn starts)
     confirmed_at_s: float | None = None  # a speculative turn's silence lasted
-    speculative: bool = False
+    speculative: bool = False  # the turn gate holds it: not confirmed yet
     anchors: list[tuple[float, float]] = field(default_factory=list)  # (input clock, perf_counter) pairs
     console: list[str] = field(default_factory=list)  # lines shown once the turn is confirmed
     # perf_counter times
@@ -107,6 +109,10 @@ class Recorder:
 
     transcript.jsonl gets one line per finished turn as soon as it finishes; metrics.json is rewritten
     (atomically) after each turn and at the end, so both stay valid if the run stops half-way.
+
+    A speculative turn is held (no console line, no record) until the turn gate confirms it, and forgotten
+    when the gate discards it. The graph hands the Recorder its gate (``watch``); an observer that does not
+    pass it on leaves the Recorder its own gate, fed with the messages it sees.
     """
 
     def __init__(self, output_dir: str | Path, last_stage: str = "sink",
@@ -123,13 +129,35 @@ class Recorder:
         self.status = "running"
         self.error: str | None = None
         self._tts_open: dict[int, float] = {}
-        self._discarded: set[int] = set()  # speculative attempts the user spoke over: they leave no trace
         self.console = console  # print each heard turn and each reply sentence as it happens
         self._lock = threading.Lock()
+        self._gate = TurnGate()  # until a graph hands over its own: then the graph feeds it, not us
+        self._own_gate = True
+        self._gate.listen(self.on_turn)
+
+    def watch(self, gate: TurnGate) -> None:
+        """Follow ``gate`` (the graph's) instead of a gate of our own."""
+        with self._lock:
+            self._gate, self._own_gate = gate, False
+        gate.listen(self.on_turn)
+
+    def on_turn(self, event: TurnEvent) -> None:
+        """The gate held, confirmed or dropped a turn."""
+        with self._lock:
+            if event.kind == DISCARDED:  # an attempt the user spoke over: it leaves no trace
+                self.turns.pop(event.turn, None)
+            elif event.kind == OPENED:
+                self._turn(event.turn).speculative = True
+            elif event.kind == CONFIRMED:
+                turn = self._turn(event.turn)
+                turn.speculative = False
+                for line in turn.console:
+                    self._say(line)
+                turn.console.clear()
 
     def _turn(self, number: int) -> Turn:
-        if number in self._discarded:
-            return Turn(number)  # late news of a dropped attempt: recorded nowhere
+        if self._gate.is_discarded(number):
+            return Turn(number, speculative=True)  # late news of a dropped attempt: recorded, shown nowhere
         return self.turns.setdefault(number, Turn(number))
 
     # --- Observer protocol -------------------------------------------------------------------------
@@ -160,10 +188,12 @@ class Recorder:
 
     def on_output(self, stage: str, message: Message, now: float) -> None:
         finished: Turn | None = None
+        if self._own_gate:  # outside our lock: the gate's events take it
+            self._gate.observe(message)
         with self._lock:
             if isinstance(message, SpeechSegment):
                 turn = self._turn(message.turn)
-                turn.user_audio_s, turn.speculative = message.duration_s, message.speculative
+                turn.user_audio_s = message.duration_s
                 turn.speech_end_at_s = message.end_s if message.speech_end_s is None else message.speech_end_s
                 turn.closed_at_s = message.end_s if message.closed_s is None else message.closed_s
                 turn.anchors.append((turn.closed_at_s, now))
@@ -171,13 +201,6 @@ class Recorder:
                 turn = self._turn(message.turn)
                 turn.confirmed_at_s = message.at_s
                 turn.anchors.append((message.at_s, now))
-                turn.speculative = False
-                for line in turn.console:
-                    self._say(line)
-                turn.console.clear()
-            elif isinstance(message, TurnDiscarded):
-                self._discarded.add(message.turn)
-                self.turns.pop(message.turn, None)
             elif isinstance(message, Transcript):
                 turn = self._turn(message.turn)
                 turn.stt_end, turn.user, turn.language = now, message.text, message.language
