@@ -26,7 +26,7 @@ def test_splitter_releases_sentences_as_they_end():
 
 
 def test_clean_for_speech_drops_markup_and_emoji():
-    assert clean_for_speech("**Paris** is `nice` 😀 #1") == "Paris is nice 1"
+    assert clean_for_speech("**Paris** is `nice` 😀 #1") == "Paris is nice #1"
 
 
 def test_echo_speaks_the_transcript_and_ends_the_turn():
