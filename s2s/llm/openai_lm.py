@@ -37,6 +37,8 @@ class OpenAILM(LLMStage, Stage):
         timeout_s: how long to wait for the server to connect or send the next piece before the turn fails.
         system_prompt: the assistant's instructions.
         history_turns: how many previous exchanges the model sees.
+        history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
+            first, the system prompt never); null: only ``history_turns`` limits them.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
         first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
@@ -48,7 +50,8 @@ class OpenAILM(LLMStage, Stage):
                  max_tokens: Annotated[int, Range(1)] = 64,
                  reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None,
                  timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0, system_prompt: str | None = None,
-                 history_turns: Annotated[int, Range(0)] = 4, tools: str | None = None,
+                 history_turns: Annotated[int, Range(0)] = 4,
+                 history_tokens: Annotated[int, Range(1)] | None = None, tools: str | None = None,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
                  first_chunk_min_words: Annotated[int, Range(1)] = 3,
                  ) -> None:
@@ -60,7 +63,8 @@ class OpenAILM(LLMStage, Stage):
         self.max_tokens = max_tokens
         self.reasoning_effort = reasoning_effort
         self.timeout_s = timeout_s
-        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words)
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
+                        history_tokens)
         self._client: Any = None
 
     @classmethod
