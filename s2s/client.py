@@ -208,8 +208,8 @@ async def run_live(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m s2s.client", description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str = "python -m s2s.client") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="ws://127.0.0.1:8765/v1/realtime", help="the server's realtime endpoint")
     parser.add_argument("--api-key", default=os.environ.get("S2S_API_KEY"),
                         help="sent as 'Authorization: Bearer <key>' (default: $S2S_API_KEY)")

@@ -12,6 +12,16 @@ from dataclasses import dataclass
 
 PLATFORMS = ("linux", "linux_cuda", "macos", "macos_intel", "windows", "windows_cuda")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+# The operating systems a runtime's pip extra installs it on (pyproject.toml's environment markers), and what a
+# config choosing it elsewhere is told: the `mlx` extra pins mlx[cpu] on Linux and mlx on macOS, nothing else.
+RUNTIME_OSES: dict[str, tuple[tuple[str, ...], str]] = {
+    "mlx": (("linux", "macos"), "the mlx extra installs MLX on Linux and macOS only: MLX has no Windows wheels"),
+}
+
+
+def runtimes_unavailable(os_name: str) -> dict[str, str]:
+    """Runtime -> why its extra cannot install on ``os_name`` (linux | macos | windows), for config validation."""
+    return {runtime: why for runtime, (oses, why) in RUNTIME_OSES.items() if os_name not in oses}
 
 
 @dataclass(frozen=True)

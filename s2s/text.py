@@ -172,8 +172,75 @@ class SentenceSplitter:
         return False
 
 
+# Markdown a reply may carry, matched so that what it means is spoken and arithmetic and identifiers stay:
+# "2 * 3", "a_b", "snake_case_name", "x^2" and "#1" are no markup (emphasis hugs its words, a heading's # a space).
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_RULE = re.compile(r"^\s*([-*_])(\s*\1){2,}\s*$")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)(\s+#+)?\s*$")
+_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+(.*)$")
+_QUOTE = re.compile(r"^\s*(>\s?)+")
+_CODE = re.compile(r"`+([^`]*)`+")
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)\s]*\)")
+_STARS = re.compile(r"(?<![\w*\\])(\*{1,3})(?=[^\s*])(.+?)(?<=[^\s*\\])\1(?![\w*])")
+_UNDERSCORES = re.compile(r"(?<![\w\\])(_{1,2})(?=[^\s_])(.+?)(?<=[^\s_])\1(?!\w)")
+_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+# a chunk boundary may fall inside bold or italics: an unpaired run of stars that hugs a word is markup too
+_LONE_STARS = re.compile(r"(?<![\w*\\])\*{1,3}(?=\w)|(?<=[\w.!?,;:)])\*{1,3}(?![\w*])")
+_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~])")
+_EMOJI = re.compile(r"[\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F]")
+_ENDS_CLAUSE = re.compile(r"[.!?;:,。！？]$")
+_TABLE_RULE = re.compile(r"^[\s|:-]+$")
+
+
+def _emphasis(match: re.Match[str]) -> str:
+    marker, words = match.group(1), match.group(2)
+    return match.group(0) if marker == "__" and words.isidentifier() else words  # __init__ is a name
+
+
+def _inline(text: str) -> str:
+    """Links, emphasis and strike-through dropped to their words; inline code keeps its text verbatim."""
+    parts = _CODE.split(text)  # odd parts are code
+    for index in range(0, len(parts), 2):
+        part = _LINK.sub(r"\1", parts[index])
+        for _ in range(2):  # ***both*** and **bold with *italic* inside**
+            part = _UNDERSCORES.sub(_emphasis, _STARS.sub(r"\2", part))
+        part = _LONE_STARS.sub("", _STRIKE.sub(r"\1", part)).replace("`", "")
+        parts[index] = _ESCAPE.sub(r"\1", part)
+    return "".join(parts)
+
+
 def clean_for_speech(text: str) -> str:
-    """Drop markdown and emoji that TTS would read out or choke on."""
-    text = re.sub(r"[*_`#>|~]+", " ", text)
-    text = re.sub(r"[\U0001F000-\U0001FAFF\u2600-\u27BF]", "", text)
-    return re.sub(r"\s+", " ", text).strip()
+    """Markdown as plain speech, emoji dropped: what TTS should say for one streamed chunk of a reply.
+
+    Headings become sentences ("# Steps" -> "Steps."), list items become clauses joined by commas, the last
+    one ending the run, and emphasis, links and code fences drop their markers; inline code keeps its text
+    (``foo_bar()``) and arithmetic and identifiers ("2 * 3 = 6", "snake_case", "#1") are kept as written.
+
+    Args:
+        text: a chunk as ``SentenceSplitter`` releases it: a sentence or a few lines, possibly cut mid-span.
+    """
+    lines: list[tuple[str, bool]] = []  # (spoken text, is a list item)
+    for line in text.splitlines():
+        if _FENCE.match(line) or _RULE.match(line):
+            continue
+        line = _QUOTE.sub("", line)
+        if line.lstrip().startswith("|"):  # a table row: a sentence of its cells; the |---| rule under the head goes
+            if not _TABLE_RULE.match(line):
+                cells = _inline(", ".join(c.strip() for c in line.strip().strip("|").split("|"))).strip()
+                lines.append((cells + ("" if _ENDS_CLAUSE.search(cells) else "."), False))
+            continue
+        if heading := _HEADING.match(line):
+            spoken = _inline(heading.group(1)).strip()
+            lines.append((spoken + ("" if not spoken or _ENDS_CLAUSE.search(spoken) else "."), False))
+        elif item := _ITEM.match(line):
+            lines.append((_inline(item.group(1)).strip(), True))
+        else:
+            lines.append((_inline(line).strip(), False))
+    lines = [(spoken, is_item) for spoken, is_item in lines if spoken]
+    out = []
+    for index, (spoken, is_item) in enumerate(lines):
+        if is_item and not _ENDS_CLAUSE.search(spoken):
+            follows = index + 1 < len(lines) and lines[index + 1][1]
+            spoken += "," if follows else "."
+        out.append(spoken)
+    return re.sub(r"\s+", " ", _EMOJI.sub("", " ".join(out))).strip()

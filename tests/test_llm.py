@@ -26,7 +26,7 @@ def test_splitter_releases_sentences_as_they_end():
 
 
 def test_clean_for_speech_drops_markup_and_emoji():
-    assert clean_for_speech("**Paris** is `nice` 😀 #1") == "Paris is nice 1"
+    assert clean_for_speech("**Paris** is `nice` 😀 #1") == "Paris is nice #1"
 
 
 def test_echo_speaks_the_transcript_and_ends_the_turn():
@@ -187,3 +187,41 @@ def test_every_llm_backend_is_an_llm_stage_and_llm_stage_is_a_stage():
 
     assert Spelled.__mro__[1:4] == (TemplateTools, LLMStage, Stage)
     assert Spelled.tool_messages is TemplateTools.tool_messages  # the mixin's override still wins
+
+
+def test_the_history_token_budget_drops_the_oldest_exchanges_first():
+    """history_tokens caps the previous exchanges (~4 characters a token without a tokenizer); the system
+    prompt stays, the newest exchanges stay, a whole exchange goes at a time."""
+    from s2s.llm.echo import EchoLM
+
+    llm = EchoLM()
+    llm.system_prompt, llm.history_turns = "Be brief.", 10
+    for turn, words in enumerate(["a" * 40, "b" * 16, "c" * 8]):  # 10+1, 4+1, 2+1 tokens: user text + "ok"
+        llm.remember(turn, words, "ok")
+
+    def seen(budget: int | None) -> list[str]:
+        llm.history_tokens = budget
+        messages = llm.chat_messages("now")
+        assert messages[0] == {"role": "system", "content": "Be brief."} and messages[-1]["content"] == "now"
+        return [m["content"] for m in messages[1:-1] if m["role"] == "user"]
+
+    assert seen(None) == ["a" * 40, "b" * 16, "c" * 8]
+    assert seen(100) == seen(19) == ["a" * 40, "b" * 16, "c" * 8]
+    assert seen(18) == seen(8) == ["b" * 16, "c" * 8]  # the oldest exchange no longer fits
+    assert seen(7) == seen(3) == ["c" * 8]
+    assert seen(2) == []  # not even the newest fits: none, never half an exchange
+    llm.history_turns, llm.history_tokens = 1, 100  # both limits hold: the turn count is the tighter here
+    assert [m["content"] for m in llm.chat_messages("now")] == ["Be brief.", "c" * 8, "ok", "now"]
+
+
+@pytest.mark.parametrize("option", ["ctranslate2", "mlx_lm", "openai", "transformers"])
+def test_every_chat_backend_takes_history_tokens(option, tmp_path):
+    from s2s.config import validate
+    from s2s.config_errors import ConfigErrors
+
+    cfg = compose_config([f"llm={option}", "llm.history_tokens=256", "platform=macos"], tmp_path)
+    assert cfg.llm.history_tokens == 256
+    spec = next(spec for spec in validate(cfg) if spec.group == "llm")
+    assert spec.build().history_tokens == 256
+    with pytest.raises(ConfigErrors, match="llm.history_tokens=0: invalid"):
+        validate(compose_config([f"llm={option}", "llm.history_tokens=0", "platform=macos"], tmp_path))

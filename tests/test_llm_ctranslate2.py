@@ -75,6 +75,23 @@ def test_history_goes_into_the_prompt(native):
     assert native.chat_messages("next") == [{"role": "user", "content": "next"}]
 
 
+def test_the_history_token_budget_counts_with_the_models_tokenizer(native):
+    native.reset()
+    text = "Antidisestablishmentarianism, 1234567890!"
+    assert native.count_tokens(text) == len(native._tokenizer.encode(text)) != -(-len(text) // 4)
+    native.remember(0, text, "Yes.")
+    native.remember(1, "Hi.", "Hello.")
+    newest = native.count_tokens("Hi.") + native.count_tokens("Hello.")
+    try:
+        native.history_tokens = newest + native.count_tokens(text) + native.count_tokens("Yes.")
+        assert [m["content"] for m in native.chat_messages("next")] == [text, "Yes.", "Hi.", "Hello.", "next"]
+        native.history_tokens -= 1  # one token short: the oldest exchange goes
+        assert [m["content"] for m in native.chat_messages("next")] == ["Hi.", "Hello.", "next"]
+    finally:
+        native.history_tokens = None
+        native.reset()
+
+
 def test_the_repetition_guard_penalises_the_reply_only_as_llm_transformers_does(native):
     """CTranslate2's generate_tokens penalises generated tokens only (the prompt is forwarded before decoding), as
     llm=transformers does with prompt_ignore_length. A strong penalty changes this reply; penalising the prompt

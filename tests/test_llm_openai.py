@@ -149,7 +149,27 @@ def test_a_server_failing_mid_reply_ends_the_turn_with_an_error(faulty, mode, ap
     assert not [t for t in threading.enumerate() if t.name.startswith("s2s-")]
 
 
+@pytest.mark.parametrize("api,key", [("chat_completions", "reasoning_effort"), ("responses", "reasoning")])
+@pytest.mark.parametrize("effort", [None, "minimal", "high"])
+def test_reasoning_effort_reaches_the_server_in_each_apis_form(faulty, api, key, effort):
+    stage = make(f"{faulty}/record/v1", "m", api=api, reasoning_effort=effort)
+    openai_servers.RECEIVED.clear()
+    try:
+        out = list(stage.process(Transcript("Think about it.", 0, "en")))
+    finally:
+        stage.close()
+    assert [m.text for m in out if isinstance(m, ReplyText)] == ["It is noted."]
+    [body] = openai_servers.RECEIVED
+    assert body["model"] == "m" and body["stream"] is True
+    if effort is None:  # null sends nothing: a server or model without reasoning never sees the key
+        assert "reasoning_effort" not in body and "reasoning" not in body
+    else:
+        assert body[key] == (effort if api == "chat_completions" else {"effort": effort})
+
+
 @pytest.mark.parametrize("override,fragment", [
+    ("llm.reasoning_effort=extreme", "llm.reasoning_effort=extreme: invalid; expected one of minimal, low, medium, "
+                                     "high or null"),
     ("llm.api=completions", "llm.api=completions: invalid; expected one of chat_completions, responses"),
     ("llm.base_url=localhost:8000", "expected an http:// or https:// URL"),
     ("llm.tools=no_such_tools_module", "expected an importable Python module with TOOLS and call_tool"),

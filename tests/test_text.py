@@ -8,7 +8,7 @@ import pytest
 
 from s2s.llm.echo import EchoLM
 from s2s.messages import ReplyText, Transcript, TurnEnd
-from s2s.text import SentenceSplitter, normalise, sentence_ends
+from s2s.text import SentenceSplitter, clean_for_speech, normalise, sentence_ends
 
 TRICKY = "Dr. Smith paid $3.50 for the U.S. map. It was e.g. cheap! Really?"
 TRICKY_SENTENCES = ["Dr. Smith paid $3.50 for the U.S. map.", "It was e.g. cheap!", "Really?"]
@@ -161,3 +161,52 @@ def test_streams_in_several_threads_do_not_mix():
     for i in texts:
         assert results[i] == [f"Reply number {i} is here.", f"Dr. Smith paid ${i}.50 for it.", "It was e.g. cheap!",
                               "Really?"] * 20
+
+
+@pytest.mark.parametrize(("markdown", "spoken"), [
+    ("**Paris** is *lovely* and __very big__, _truly_.", "Paris is lovely and very big, truly."),
+    ("***Both*** at once, **bold with *italic* inside**.", "Both at once, bold with italic inside."),
+    ("# Heading", "Heading."),
+    ("## Steps to take ##", "Steps to take."),
+    ("### Done!", "Done!"),
+    ("Fruit:\n- apples\n- **pears**\n* plums", "Fruit: apples, pears, plums."),
+    ("1. Boil the water.\n2. Add salt\n3) Stir", "Boil the water. Add salt, Stir."),
+    ("See [the docs](https://example.com/a_b) and ![a chart](chart.png).", "See the docs and a chart."),
+    ("> A quoted line", "A quoted line"),
+    ("```python\nprint(1)\n```", "print(1)"),
+    ("Above\n\n---\n\nbelow", "Above below"),
+    ("| City | Country |\n|---|:---:|\n| Paris | France |", "City, Country. Paris, France."),
+    ("~~old~~ new", "old new"),
+    (r"Use \*stars\* literally", "Use *stars* literally"),
+    ("Nice 😀 work ✨", "Nice work"),
+])
+def test_markdown_is_spoken_as_plain_speech(markdown, spoken):
+    assert clean_for_speech(markdown) == spoken
+
+
+@pytest.mark.parametrize("text", [
+    "2 * 3 = 6", "2*3*4 is 24", "a_b and snake_case_name", "x^2 + y^2 = r^2", "#1 in the charts", "__init__ runs",
+    "It costs $3.50 - a bargain.", "5 > 3 and 2 < 4", "Use a + b or a - b.",
+])
+def test_arithmetic_and_identifiers_keep_their_sense(text):
+    assert clean_for_speech(text) == text
+
+
+def test_inline_code_keeps_its_text():
+    assert clean_for_speech("Call `foo_bar()` then `a * b * c`.") == "Call foo_bar() then a * b * c."
+    assert clean_for_speech("Run ``x = y_z**2``.") == "Run x = y_z**2."
+
+
+def test_emphasis_cut_across_streamed_chunks_loses_its_markers():
+    """The first chunk may end inside bold text: each half drops its unpaired stars, arithmetic keeps its own."""
+    text = "**The capital of France** is Paris, and 2 * 3 = 6. Next, *try this* out."
+    chunks = [clean_for_speech(chunk) for _, chunk in stream(SentenceSplitter(first_chunk_words=3), bpe_like(text))]
+    assert chunks[0] == "The capital of"
+    assert " ".join(chunks) == "The capital of France is Paris, and 2 * 3 = 6. Next, try this out."
+
+
+def test_llm_stage_speaks_a_markdown_list_as_items():
+    reply = "Here are three:\n\n* **Paris** - the capital\n* **Lyon** - the food\n* **Nice** - the sea\n\nWant more?"
+    out = list(EchoLM(first_chunk_words=0).process(Transcript(reply, 1, "en")))
+    spoken = " ".join(m.text for m in out if isinstance(m, ReplyText))
+    assert spoken == "Here are three: Paris - the capital. Lyon - the food. Nice - the sea. Want more?"

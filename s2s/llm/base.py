@@ -32,8 +32,9 @@ class ReplyFailed(RuntimeError):
 class LLMStage(Stage):
     """Base of LLM stages: subclasses implement ``stream(messages)`` yielding text pieces (and ``ToolCall``s).
 
-    ``process`` keeps the last ``history_turns`` exchanges, releases the reply sentence by sentence as it
-    streams (so TTS starts before the LLM ends), reports the time to first token and ends the turn. With
+    ``process`` keeps the last ``history_turns`` exchanges (fewer when they pass ``history_tokens``), releases
+    the reply sentence by sentence as it streams (so TTS starts before the LLM ends), reports the time to first
+    token and ends the turn. With
     ``llm.tools``, the calls a reply asks for run after its stream ends, their results go back to the model
     (``tool_messages``) and its follow-up is spoken; each call is reported as a ``tool_call`` metric that
     the recorder writes into the turn's line of transcript.jsonl.
@@ -43,12 +44,14 @@ class LLMStage(Stage):
     emits = (ReplyText,)
     system_prompt: str | None
     history_turns: int
+    history_tokens: int | None
 
     def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None,
                    first_chunk_words: int = FIRST_CHUNK_WORDS,
-                   first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS) -> None:
+                   first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS, history_tokens: int | None = None) -> None:
         self.system_prompt = system_prompt
         self.history_turns = history_turns
+        self.history_tokens = history_tokens  # the previous exchanges' token budget; None: only the turn count
         self.tools = tools
         self.first_chunk_words = first_chunk_words  # the reply's first TTS chunk: a clause or this many words
         self.first_chunk_min_words = first_chunk_min_words  # ... but never fewer ("Yes," alone sounds clipped)
@@ -97,9 +100,27 @@ class LLMStage(Stage):
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         raise NotImplementedError
 
+    def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` takes in the prompt: about 4 characters a token, unless the backend has a tokenizer."""
+        return -(-len(text) // 4)
+
     def chat_messages(self, user_text: str) -> list[dict[str, Any]]:
+        """The prompt: the system prompt (always), the newest exchanges that fit both the turn count and
+        the token budget (oldest dropped first, a whole exchange at a time), then ``user_text``."""
         with self._history_lock:
-            window = self._history[-2 * self.history_turns:] if self.history_turns > 0 else []
+            history, owners = list(self._history), list(self._history_turns)
+        recent = list(dict.fromkeys(owners))[-self.history_turns:] if self.history_turns > 0 else []  # oldest first
+        if self.history_tokens is not None:  # the newest exchanges that fit; the first that does not ends it
+            budget, fits = self.history_tokens, []
+            for turn in reversed(recent):
+                budget -= sum(self.count_tokens(str(message["content"] or ""))
+                              for message, owner in zip(history, owners) if owner == turn)
+                if budget < 0:
+                    break
+                fits.append(turn)
+            recent = fits
+        kept = set(recent)
+        window = [message for message, owner in zip(history, owners) if owner in kept]
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return [*system, *window, {"role": "user", "content": user_text}]
 

@@ -114,6 +114,8 @@ class CTranslate2LM(TemplateTools, LLMStage):
         system_prompt: the assistant's instructions.
         max_new_tokens: reply length cap.
         history_turns: how many previous exchanges the model sees.
+        history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
+            first, the system prompt never); null: only ``history_turns`` limits them.
         temperature: 0 decodes greedily (reproducible); above 0 samples (top 50, as transformers).
         repetition_penalty: above 1 makes tokens the reply already used less likely (1 turns it off); as with
             llm=transformers the prompt is not penalised (``generate_tokens`` penalises generated tokens only).
@@ -130,6 +132,7 @@ class CTranslate2LM(TemplateTools, LLMStage):
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto", compute_type: ComputeType = "int8",
                  system_prompt: str | None = None, max_new_tokens: Annotated[int, Range(1, 4096)] = 64,
                  history_turns: Annotated[int, Range(0, 1000)] = 4,
+                 history_tokens: Annotated[int, Range(1)] | None = None,
                  temperature: Annotated[float, Range(0, 5)] = 0.0,
                  repetition_penalty: Annotated[float, Range(1, 2)] = 1.15, static_prompt: bool = True,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
@@ -143,7 +146,8 @@ class CTranslate2LM(TemplateTools, LLMStage):
         self.repetition_penalty = repetition_penalty
         self.static_prompt = static_prompt
         self.cache_dir = cache_dir
-        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words)
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
+                        history_tokens)
         self._generator: Any = None
         self._tokenizer: Any = None
         self._end_ids: list[int] = []
@@ -154,6 +158,11 @@ class CTranslate2LM(TemplateTools, LLMStage):
         check_module(kwargs["tools"], f"{context.group}.tools")
         if error := model_error(kwargs["model"], context):
             raise error
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokenizer is None:  # before setup: the estimate
+            return super().count_tokens(text)
+        return len(self._tokenizer.encode(text))
 
     def setup(self) -> None:
         ctranslate2 = require("ctranslate2", backend="llm=ctranslate2", extra=None)

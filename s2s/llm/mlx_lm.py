@@ -24,6 +24,8 @@ class MLXLM(TemplateTools, LLMStage):
         system_prompt: the assistant's instructions.
         max_new_tokens: reply length cap.
         history_turns: how many previous exchanges the model sees.
+        history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
+            first, the system prompt never); null: only ``history_turns`` limits them.
         temperature: 0 decodes greedily (reproducible); above 0 samples.
         top_p: nucleus sampling when temperature > 0 (0 turns it off).
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
@@ -35,6 +37,7 @@ class MLXLM(TemplateTools, LLMStage):
 
     def __init__(self, model: str = "mlx-community/Qwen2.5-0.5B-Instruct-4bit", system_prompt: str | None = None,
                  max_new_tokens: Annotated[int, Range(1, 4096)] = 64, history_turns: Annotated[int, Range(0)] = 4,
+                 history_tokens: Annotated[int, Range(1)] | None = None,
                  temperature: Annotated[float, Range(0, 5)] = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
                  tools: str | None = None, first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
                  first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS) -> None:
@@ -42,7 +45,8 @@ class MLXLM(TemplateTools, LLMStage):
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
-        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words)
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
+                        history_tokens)
         self._model: Any = None
         self._tokenizer: Any = None
 
@@ -51,6 +55,11 @@ class MLXLM(TemplateTools, LLMStage):
         if error := model_folder_error(kwargs["model"], context, "mlx-community/Qwen2.5-0.5B-Instruct-4bit"):
             raise error
         check_module(kwargs["tools"], f"{context.group}.tools")
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokenizer is None:  # before setup: the estimate
+            return super().count_tokens(text)
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
 
     def setup(self) -> None:
         mlx_lm = require("mlx_lm", backend="llm=mlx_lm", extra="mlx")

@@ -22,9 +22,14 @@ class OpenAILM(LLMStage):
         api: ``chat_completions`` (``/chat/completions``, every server) or ``responses`` (``/responses``).
         temperature: sampling temperature; null leaves the server's default.
         max_tokens: reply length cap.
+        reasoning_effort: how hard a reasoning model thinks before it answers (``reasoning_effort`` for chat
+            completions, ``reasoning.effort`` for responses); null sends nothing (the server's default), which
+            is also what a model without reasoning needs.
         timeout_s: how long to wait for the server to connect or send the next piece before the turn fails.
         system_prompt: the assistant's instructions.
         history_turns: how many previous exchanges the model sees.
+        history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
+            first, the system prompt never); null: only ``history_turns`` limits them.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
         first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
@@ -34,8 +39,10 @@ class OpenAILM(LLMStage):
                  api: Literal["chat_completions", "responses"] = "chat_completions",
                  temperature: Annotated[float, Range(0, 2)] | None = None,
                  max_tokens: Annotated[int, Range(1)] = 64,
+                 reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None,
                  timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0, system_prompt: str | None = None,
-                 history_turns: Annotated[int, Range(0)] = 4, tools: str | None = None,
+                 history_turns: Annotated[int, Range(0)] = 4,
+                 history_tokens: Annotated[int, Range(1)] | None = None, tools: str | None = None,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
                  first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
                  ) -> None:
@@ -45,8 +52,10 @@ class OpenAILM(LLMStage):
         self.api = api
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self.reasoning_effort = reasoning_effort
         self.timeout_s = timeout_s
-        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words)
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
+                        history_tokens)
         self._client: Any = None
 
     @classmethod
@@ -95,6 +104,8 @@ class OpenAILM(LLMStage):
         options: dict[str, Any] = {"max_tokens": self.max_tokens}
         if self.temperature is not None:
             options["temperature"] = self.temperature
+        if self.reasoning_effort is not None:
+            options["reasoning_effort"] = self.reasoning_effort
         if self._toolbox:
             options["tools"] = self._toolbox.definitions
         stream = self._client.chat.completions.create(model=self.model, messages=messages, stream=True, **options)
@@ -121,6 +132,8 @@ class OpenAILM(LLMStage):
         options: dict[str, Any] = {"max_output_tokens": self.max_tokens}
         if self.temperature is not None:
             options["temperature"] = self.temperature
+        if self.reasoning_effort is not None:
+            options["reasoning"] = {"effort": self.reasoning_effort}
         if self._toolbox:
             options["tools"] = self._toolbox.responses_definitions()
         stream = self._client.responses.create(model=self.model, input=messages, stream=True, **options)
@@ -154,4 +167,5 @@ class OpenAILM(LLMStage):
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model, "base_url": self.base_url, "api": self.api,
+                **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort else {}),
                 **({"tools": self.tools} if self.tools else {})}

@@ -80,6 +80,8 @@ class TransformersLM(TemplateTools, LLMStage):
         system_prompt: the assistant's instructions.
         max_new_tokens: reply length cap.
         history_turns: how many previous exchanges the model sees.
+        history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
+            first, the system prompt never); null: only ``history_turns`` limits them.
         temperature: 0 decodes greedily (reproducible); above 0 samples.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null. Chat templates
             with a tools section get them natively; others get them in the system prompt (``<tool_call>``).
@@ -93,6 +95,7 @@ class TransformersLM(TemplateTools, LLMStage):
                  dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
                  system_prompt: str | None = None, max_new_tokens: Annotated[int, Range(1, 4096)] = 64,
                  history_turns: Annotated[int, Range(0, 1000)] = 4,
+                 history_tokens: Annotated[int, Range(1)] | None = None,
                  temperature: Annotated[float, Range(0, 5)] = 0.0, cache_dir: str | None = None,
                  tools: str | None = None, repetition_penalty: Annotated[float, Range(1, 2)] = 1.15,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
@@ -104,9 +107,15 @@ class TransformersLM(TemplateTools, LLMStage):
         self.temperature = temperature
         self.repetition_penalty = repetition_penalty
         self.cache_dir = cache_dir
-        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words)
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
+                        history_tokens)
         self._model: Any = None
         self._tokenizer: Any = None
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokenizer is None:  # before setup: the estimate
+            return super().count_tokens(text)
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
 
     def setup(self) -> None:
         self.device = torch_support.usable_device(self.device)
