@@ -70,6 +70,9 @@ class KokoroTTS(TTSStage):
         device: torch device; with mlx, ``mps`` means Metal and anything else the CPU.
     """
 
+    voice_key = "voice"
+    speed_key = "speed"
+
     sample_rate = 24000
 
     def __init__(self, voice: str = "af_heart", lang_code: LangCode = "a",

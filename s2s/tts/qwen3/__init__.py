@@ -152,6 +152,8 @@ class Qwen3TTS(TTSStage):
         attn_implementation: torch only, eager, sdpa or flash_attention_2 (null: sdpa).
     """
 
+    voice_key = "speaker"
+
     sample_rate = 24000
 
     def __init__(self, model: str = DEFAULT_MODEL, backend: Literal["ggml", "torch", "mlx"] = "ggml",
