@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 # first audio out 0.25 s sooner than 6 (python -m s2s.bench latency --versus llm.first_chunk_words=4)
 FIRST_CHUNK_WORDS = 4
 MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
+KEEP: Any = object()  # a turn option not given (plan_turn): the stage's own setting holds
 
 
 class ReplyFailed(RuntimeError):
@@ -52,6 +53,8 @@ class LLMStage:
         self._history: list[dict[str, Any]] = []
         self._history_turns: list[int] = []  # the turn each history message belongs to
         self._history_lock = threading.Lock()  # a server edits it from its own thread (a cancelled reply)
+        self._plans: dict[int, tuple[Any, Any, bool]] = {}  # turn -> (instructions, toolbox, remember)
+        self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
 
     def _load_tools(self) -> None:
         """Import the ``llm.tools`` module (trusted user code); called from ``setup``."""
@@ -71,7 +74,23 @@ class LLMStage:
 
     def reset(self) -> None:
         with self._history_lock:
-            self._history, self._history_turns = [], []
+            self._history, self._history_turns, self._plans, self._edits = [], [], {}, {}
+
+    def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True) -> None:
+        """Options for ``turn`` alone: its own instructions (None: no system prompt), its own tools (None: none),
+        and whether the exchange stays in the history (a realtime client's out-of-band response does not)."""
+        with self._history_lock:
+            self._plans[turn] = (instructions, toolbox, remember)
+
+    def edit(self, turn: int, role: str, content: str | None) -> None:
+        """The client changed its copy of the conversation: ``role``'s message of ``turn`` now says ``content``.
+
+        None deletes it. The edit also holds when the turn is remembered later (a reply still being cut short
+        in the LLM's thread), so what the client was left with is what the model sees next.
+        """
+        with self._history_lock:
+            self._edits[(turn, role)] = content
+            self._apply_edits(turn)
 
     def remember(self, turn: int, user_text: str, reply: str) -> None:
         """Put one exchange into the history, replacing what ``turn`` had there (e.g. a reply cut short)."""
@@ -79,6 +98,25 @@ class LLMStage:
             self._forget(turn)
             self._history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
             self._history_turns += [turn, turn]
+            self._apply_edits(turn)
+
+    def _apply_edits(self, turn: int) -> None:
+        kept_messages, kept_turns = [], []
+        for message, owner in zip(self._history, self._history_turns):
+            content = self._edits.get((owner, message["role"]), message["content"]) if owner == turn else \
+                message["content"]
+            if content is not None:
+                kept_messages.append({**message, "content": content})
+                kept_turns.append(owner)
+        self._history, self._history_turns = kept_messages, kept_turns
+
+    def history(self) -> list[dict[str, Any]]:
+        """The exchanges the model sees again (the last ``history_turns`` of them), oldest first."""
+        with self._history_lock:
+            return [dict(message) for message in self._window()]
+
+    def _window(self) -> list[dict[str, Any]]:
+        return self._history[-2 * self.history_turns:] if self.history_turns > 0 else []
 
     def discard(self, turn: int) -> None:
         """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
@@ -93,10 +131,11 @@ class LLMStage:
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         raise NotImplementedError
 
-    def chat_messages(self, user_text: str) -> list[dict[str, Any]]:
+    def chat_messages(self, user_text: str, instructions: Any = KEEP) -> list[dict[str, Any]]:
         with self._history_lock:
-            window = self._history[-2 * self.history_turns:] if self.history_turns > 0 else []
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+            window = self._window()
+        prompt = self.system_prompt if instructions is KEEP else instructions
+        system = [{"role": "system", "content": prompt}] if prompt else []
         return [*system, *window, {"role": "user", "content": user_text}]
 
     def process(self, message: Data) -> Iterator[Message]:
@@ -107,12 +146,20 @@ class LLMStage:
                                     first_chunk_min_words=self.first_chunk_min_words, stop_on_repeat=True)
         finished = False
         spoken: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
-        messages = self.chat_messages(message.text)
+        with self._history_lock:
+            instructions, toolbox, keep = self._plans.pop(message.turn, (KEEP, KEEP, True))
+        messages = self.chat_messages(message.text, instructions)
+        own_toolbox = self._toolbox
+        if toolbox is not KEEP:
+            self._toolbox = toolbox
         try:
             yield from self._reply(message, messages, splitter, spoken, start)
             finished = True
         finally:  # also when the runner closes the generator (barge-in, cancel, stop)
-            self.remember(message.turn, message.text, splitter.text.strip() if finished else " ".join(spoken))
+            if toolbox is not KEEP and self._toolbox is toolbox:  # unless use_tools changed them meanwhile
+                self._toolbox = own_toolbox
+            if keep:
+                self.remember(message.turn, message.text, splitter.text.strip() if finished else " ".join(spoken))
         yield TurnEnd(message.turn)
 
     def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
