@@ -87,7 +87,7 @@ def test_the_view_shows_the_effective_settings():
                                                                                  [TOOL])
     audio_in, audio_out = view["audio"]["input"], view["audio"]["output"]
     assert audio_in["format"]["rate"] == 16000 and audio_out == {"format": {"type": "audio/pcm", "rate": 24000},
-                                                                 "voice": "jm_kumo"}
+                                                                 "voice": "jm_kumo", "speed": 1.0}
     assert audio_in["transcription"] == {"model": "tiny.en"}
     detection = audio_in["turn_detection"]  # the client's value where it gave one, the configured VAD's elsewhere
     assert (detection["threshold"], detection["silence_duration_ms"], detection["prefix_padding_ms"]) == (0.5, 300,
