@@ -110,10 +110,11 @@ class LLMStage:
                 kept_turns.append(owner)
         self._history, self._history_turns = kept_messages, kept_turns
 
-    def history(self) -> list[dict[str, Any]]:
-        """The exchanges the model sees again (the last ``history_turns`` of them), oldest first."""
+    def history(self, turns: int | None = None) -> list[dict[str, Any]]:
+        """The last ``turns`` exchanges kept, oldest first (None: the ``history_turns`` the model sees again)."""
         with self._history_lock:
-            return [dict(message) for message in self._window()]
+            kept = self._window() if turns is None else self._history[-2 * turns:] if turns > 0 else []
+            return [dict(message) for message in kept]
 
     def _window(self) -> list[dict[str, Any]]:
         return self._history[-2 * self.history_turns:] if self.history_turns > 0 else []

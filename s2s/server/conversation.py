@@ -54,6 +54,15 @@ class Conversation:
     def get(self, item_id: str) -> Entry | None:
         return self._entries.get(item_id)
 
+    def before(self, item_id: str) -> str | None:
+        """The id of the item before ``item_id`` (None: it is the first; clients place items by it)."""
+        previous = None
+        for key in self._entries:
+            if key == item_id:
+                return previous
+            previous = key
+        return None
+
     def assign(self, turn: int, item_ids: tuple[str, ...]) -> None:
         """Typed items became the user's side of ``turn``."""
         for item_id in item_ids:

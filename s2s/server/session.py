@@ -40,6 +40,7 @@ from s2s.server.translator import Translator
 log = logging.getLogger("s2s.server")
 MIN_COMMIT_S = 0.1  # a manual commit of less input audio than this is refused, as the Realtime API does
 MAX_BUFFER_S = 300.0  # manual turns: input audio held until the client commits, at most this much
+HISTORY_SHOWN = 10  # GET /v1/sessions shows the LLM's last exchanges (what a client's edits left there)
 
 
 class Session:
@@ -365,4 +366,5 @@ class Session:
                 "pipeline": self.pipeline.index, "responses_completed": self.responses_completed,
                 "responses_cancelled": self.responses_cancelled, "summary": self.recorder.summary(),
                 "turns": turns, "metrics_path": str(self.recorder.metrics_path),
-                "history": self.pipeline.llm.history() if isinstance(self.pipeline.llm, LLMStage) else None}
+                "history": self.pipeline.llm.history(HISTORY_SHOWN) if isinstance(self.pipeline.llm, LLMStage)
+                else None}

@@ -135,7 +135,8 @@ class Translator:
             item = _user_audio_item(item_id, message.text if shown else None, True)
             if (entry := self.conversation.get(item_id)) is not None:
                 entry.item.update(item)
-                out.append(event("conversation.item.done", previous_item_id=None, item=item))
+                out.append(event("conversation.item.done", previous_item_id=self.conversation.before(item_id),
+                                 item=item))
         request = self.requests.get(message.turn, ResponseRequest())
         return out + self._steps(self.responses.add(message.turn, message.text, request.out_of_band,
                                                     request.metadata))
@@ -197,7 +198,8 @@ class Translator:
             item = entry.item
         out = [event("response.output_item.done", response_id=response.id, output_index=output_index, item=item)]
         if not response.out_of_band:
-            out.append(event("conversation.item.done", previous_item_id=None, item=item))
+            out.append(event("conversation.item.done", previous_item_id=self.conversation.before(item["id"]),
+                             item=item))
         return out
 
     def _opened(self, response: Response) -> Events:
