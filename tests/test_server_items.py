@@ -203,3 +203,48 @@ def test_cancelling_an_out_of_band_reply_leaves_the_history_alone():
     t.requests[0] = ResponseRequest(out_of_band=True)
     run(t, UserHeard(0, "Summarize."), ReplyWords(0, "Short.", 0), CancelReply(0, "client_cancelled"))
     assert t.llm.history() == []
+
+
+class StubVAD:
+    """A VAD whose utterances are scripted: each chunk's samples say what it emits (1: speech, 0: silence)."""
+
+    accepts, emits = (), ()
+
+    def __init__(self):
+        self.turn, self.open = 0, False
+
+    def process(self, message):
+        from s2s.messages import SpeechStarted
+
+        for value in message.samples:
+            if value and not self.open:
+                self.open = True
+                yield SpeechStarted(self.turn)
+            elif not value and self.open:
+                yield from self.flush()
+
+    def flush(self):
+        from s2s.messages import SpeechSegment
+
+        if self.open:
+            self.open = False
+            yield SpeechSegment(np.zeros(160, np.float32), 16000, self.turn, 0.0, 1.0)
+            self.turn += 1
+
+
+def test_the_session_vad_commits_and_clears_the_utterance_in_progress():
+    from s2s.messages import AudioChunk, SpeechSegment, SpeechStarted
+    from s2s.server.stages import SessionVAD, TurnCounter
+
+    vad = SessionVAD(StubVAD(), TurnCounter())
+    chunk = lambda *values: AudioChunk(np.array(values, np.float32), 16000)  # noqa: E731
+    assert not vad.request("commit")  # nothing in progress
+    assert [type(m) for m in vad.process(chunk(1))] == [SpeechStarted]
+    assert vad.request("commit")
+    out = list(vad.process(chunk()))  # the commit acts before the next chunk, even an empty one
+    assert [type(m) for m in out] == [SpeechSegment] and out[0].turn == 0
+    list(vad.process(chunk(1)))
+    assert vad.request("clear")
+    assert list(vad.process(chunk(0))) == []  # the cleared utterance never becomes a turn
+    out = list(vad.process(chunk(1, 0)))
+    assert [type(m) for m in out] == [SpeechStarted, SpeechSegment]
