@@ -69,7 +69,7 @@ class ReplySound:
 
 @dataclass(frozen=True)
 class ItemAdded:
-    """A client's item (typed text, a tool's output) joins the conversation; ``turn`` once it has one."""
+    """A client's item (typed text, a tool's output) joins the conversation."""
 
     item: dict[str, Any]
 

@@ -188,7 +188,7 @@ class Session:
 
     async def _commit(self, client_event: ClientEvent) -> None:
         """Manual turns: the buffer becomes a user turn; with a VAD: the utterance in progress ends now."""
-        protocol.check_bare(client_event)
+        protocol.check_keys(client_event.body, {"type", "event_id"}, "", client_event.event_id)
         await self.ensure_graph()
         assert self.graph is not None and self._vad is not None and self._source is not None
         if not self.settings.turn_detection.manual:
@@ -211,7 +211,7 @@ class Session:
         self.graph.inject(self.specs[2].group, segment)  # as if the VAD had ended the turn
 
     async def _clear(self, client_event: ClientEvent) -> None:
-        protocol.check_bare(client_event)
+        protocol.check_keys(client_event.body, {"type", "event_id"}, "", client_event.event_id)
         self._buffer = []
         if self._vad is not None and self._source is not None and self._vad.request("clear"):
             self._source.poke()
