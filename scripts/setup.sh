@@ -30,6 +30,13 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 if [ "$target" = "test" ]; then
   python -m pip install -q -e ".[test]"
+  # @openai/agents-realtime for tests/test_agents_realtime_js.py, from the checked-in lock file (skipped there
+  # without node and npm)
+  if command -v npm >/dev/null 2>&1; then
+    mkdir -p .cache/agents-js
+    cp tests/package.json tests/package-lock.json .cache/agents-js/
+    (cd .cache/agents-js && npm ci --no-audit --no-fund --loglevel=error)
+  fi
 else
   python -m pip install -q -e .
 fi

@@ -75,3 +75,29 @@ def espeak():
         return path
 
     return speak
+
+
+# ---------------------------------------------------------------------------------------------- realtime servers
+# The official clients' tests (test_agents_*.py) share two servers: llm=echo for speech and interruptions, and
+# the tiny tool-calling LM trained on an agent's instructions (tests/fixtures/llm_models.py, kind "agent").
+@pytest.fixture(scope="session")
+def echo_server(tmp_path_factory):
+    from realtime_server import API_KEY, RunningServer
+
+    running = RunningServer(tmp_path_factory.mktemp("echo-server"), "llm=echo", "server.max_sessions=1",
+                            env={"S2S_API_KEY": API_KEY})
+    yield running
+    assert running.stop() == 0, running.output[-3000:]
+
+
+@pytest.fixture(scope="session")
+def agent_server(tmp_path_factory):
+    from realtime_server import API_KEY, RunningServer
+    from tests.fixtures import llm_models
+
+    model = llm_models.tool_lm("agent", CACHE / "models")
+    running = RunningServer(tmp_path_factory.mktemp("agent-server"), f"llm.model={model}", "llm.system_prompt=null",
+                            "llm.history_turns=0", "llm.max_new_tokens=48", "server.max_sessions=1",
+                            "runner.warm_up=false", env={"S2S_API_KEY": API_KEY})
+    yield running
+    assert running.stop() == 0, running.output[-3000:]

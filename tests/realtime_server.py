@@ -74,6 +74,12 @@ class RunningServer:
         except urllib.error.HTTPError as error:
             return error.code, json.loads(error.read() or b"{}")
 
+    def wait_idle(self, timeout_s: float = 30) -> None:
+        """Until no session is active (a closed client's session is freed just after it goes)."""
+        deadline = time.monotonic() + timeout_s
+        while self.get("/v1/sessions")[1].get("active") and time.monotonic() < deadline:
+            time.sleep(0.1)
+
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

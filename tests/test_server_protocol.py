@@ -128,11 +128,11 @@ BAD_INPUT = {
     "a _target_": (json.dumps({"type": "session.update", "session": {"audio": {"output": {
         "_target_": "os.system"}}}}), "unknown_parameter"),
     "a voice the TTS lacks": (json.dumps({"type": "session.update", "session": {"audio": {"output": {
-        "voice": "alloy"}}}}), "invalid_value"),
+        "voice": "no_such_voice"}}}}), "invalid_value"),
     "threshold out of range": (json.dumps({"type": "session.update", "session": {"audio": {"input": {
         "turn_detection": {"type": "server_vad", "threshold": 3}}}}}), "invalid_value"),
-    "turn detection off": (json.dumps({"type": "session.update", "session": {"audio": {"input": {
-        "turn_detection": None}}}}), "invalid_value"),
+    "an eagerness it lacks": (json.dumps({"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": {"type": "semantic_vad", "eagerness": "wild"}}}}}), "invalid_value"),
     "wrong field type": (json.dumps({"type": "session.update", "session": {"instructions": 42}}), "invalid_type"),
     "unknown item type": (json.dumps({"type": "conversation.item.create", "item": {"type": "image"}}),
                           "invalid_value"),

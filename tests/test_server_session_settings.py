@@ -87,7 +87,7 @@ def test_the_view_shows_the_effective_settings():
                                                                                  [TOOL])
     audio_in, audio_out = view["audio"]["input"], view["audio"]["output"]
     assert audio_in["format"]["rate"] == 16000 and audio_out == {"format": {"type": "audio/pcm", "rate": 24000},
-                                                                 "voice": "jm_kumo"}
+                                                                 "voice": "jm_kumo", "speed": 1.0}
     assert audio_in["transcription"] == {"model": "tiny.en"}
     detection = audio_in["turn_detection"]  # the client's value where it gave one, the configured VAD's elsewhere
     assert (detection["threshold"], detection["silence_duration_ms"], detection["prefix_padding_ms"]) == (0.5, 300,
@@ -107,3 +107,34 @@ def test_stage_rules_ask_the_configured_stages(tmp_path):
     assert rules.vad_problem({"threshold": 0.4, "min_silence_ms": 400}) is None
     assert rules.instructions_problem() is None and rules.tools_problem([]) is None
     assert not rules.voice_locked()
+
+
+def test_each_tts_declares_voice_and_speed_keys_of_its_own_constructor():
+    import inspect
+
+    from s2s.tts import base, chattts, kokoro, kokoro_onnx, mms, piper, pocket, qwen3
+
+    classes = [kokoro.KokoroTTS, kokoro_onnx.KokoroOnnxTTS, piper.PiperTTS, pocket.PocketTTS, qwen3.Qwen3TTS,
+               mms.MmsTTS, chattts.ChatTTSTTS]
+    keys = {cls.__name__: (cls.voice_key, cls.speed_key) for cls in classes}
+    assert keys["PiperTTS"] == ("speaker", "speed") and keys["KokoroOnnxTTS"] == ("voice", "speed")
+    assert keys["ChatTTSTTS"] == (None, None) and keys["MmsTTS"] == (None, "speaking_rate")
+    for cls in classes:
+        assert issubclass(cls, base.TTSStage)
+        parameters = inspect.signature(cls.__init__).parameters
+        assert all(key is None or key in parameters for key in (cls.voice_key, cls.speed_key)), cls
+
+
+def test_piper_maps_the_voice_onto_its_speaker_and_keeps_it_for_openai_voice_names(tmp_path):
+    cfg = compose_config(["llm=echo", "tts=piper", "server=realtime"], tmp_path)
+    specs = {spec.group: spec for spec in validate(cfg)}
+    rules = StageRules(cfg, specs["vad"], specs["tts"], specs["llm"].build(), lambda: False)
+    assert rules.configured("voice") is None and rules.configured("speed") == 1.0
+    assert rules.builtin_voice("ash", None) and not rules.builtin_voice("joe", None)
+    assert rules.voice_problem("joe").startswith("speaker=joe is not accepted by tts=PiperTTS")
+    assert rules.speed_problem(1.2) is None and "speed=9" in rules.speed_problem(9)
+    assert rules.tts_overrides(None, 1.2) == {"speed": 1.2} and rules.tts_overrides(None, 1.0) == {}
+    settings = SessionSettings(instructions=None, voice=None)
+    with pytest.raises(ProtocolError) as refused:
+        settings.apply(SessionUpdate(speed=1.2), Rules(locked=True))
+    assert (refused.value.code, refused.value.param) == ("cannot_update_speed", "session.audio.output.speed")

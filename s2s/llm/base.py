@@ -20,6 +20,7 @@ FIRST_CHUNK_WORDS = 4
 FIRST_CHUNK_MIN_WORDS = 3  # ... but a clause shorter than this does not end it ("Yes," alone sounds clipped)
 # conf/llm/_chat_base.yaml states both for every option; a test keeps it equal to these
 MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
+KEEP: Any = object()  # a turn option not given (plan_turn): the stage's own setting holds
 
 
 class ReplyFailed(RuntimeError):
@@ -59,6 +60,8 @@ class LLMStage(Stage):
         self._history: list[dict[str, Any]] = []
         self._history_turns: list[int] = []  # the turn each history message belongs to
         self._history_lock = threading.Lock()  # a server edits it from its own thread (a cancelled reply)
+        self._plans: dict[int, tuple[Any, Any, bool]] = {}  # turn -> (instructions, toolbox, remember)
+        self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
 
     def _load_tools(self) -> None:
         """Import the ``llm.tools`` module (trusted user code); called from ``setup``."""
@@ -78,7 +81,23 @@ class LLMStage(Stage):
 
     def reset(self) -> None:
         with self._history_lock:
-            self._history, self._history_turns = [], []
+            self._history, self._history_turns, self._plans, self._edits = [], [], {}, {}
+
+    def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True) -> None:
+        """Options for ``turn`` alone: its own instructions (None: no system prompt), its own tools (None: none),
+        and whether the exchange stays in the history (a realtime client's out-of-band response does not)."""
+        with self._history_lock:
+            self._plans[turn] = (instructions, toolbox, remember)
+
+    def edit(self, turn: int, role: str, content: str | None) -> None:
+        """The client changed its copy of the conversation: ``role``'s message of ``turn`` now says ``content``.
+
+        None deletes it. The edit also holds when the turn is remembered later (a reply still being cut short
+        in the LLM's thread), so what the client was left with is what the model sees next.
+        """
+        with self._history_lock:
+            self._edits[(turn, role)] = content
+            self._apply_edits(turn)
 
     def remember(self, turn: int, user_text: str, reply: str) -> None:
         """Put one exchange into the history, replacing what ``turn`` had there (e.g. a reply cut short)."""
@@ -86,6 +105,40 @@ class LLMStage(Stage):
             self._forget(turn)
             self._history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
             self._history_turns += [turn, turn]
+            self._apply_edits(turn)
+
+    def _apply_edits(self, turn: int) -> None:
+        kept_messages, kept_turns = [], []
+        for message, owner in zip(self._history, self._history_turns):
+            content = self._edits.get((owner, message["role"]), message["content"]) if owner == turn else \
+                message["content"]
+            if content is not None:
+                kept_messages.append({**message, "content": content})
+                kept_turns.append(owner)
+        self._history, self._history_turns = kept_messages, kept_turns
+
+    def history(self, turns: int | None = None) -> list[dict[str, Any]]:
+        """The last ``turns`` exchanges kept, oldest first (None: the ``history_turns`` the model sees again)."""
+        with self._history_lock:
+            kept = self._window() if turns is None else self._history[-2 * turns:] if turns > 0 else []
+            return [dict(message) for message in kept]
+
+    def _window(self) -> list[dict[str, Any]]:
+        """The newest exchanges that fit both ``history_turns`` and ``history_tokens`` (oldest dropped first, a
+        whole exchange at a time); called with the history lock held."""
+        history, owners = self._history, self._history_turns
+        recent = list(dict.fromkeys(owners))[-self.history_turns:] if self.history_turns > 0 else []  # oldest first
+        if self.history_tokens is not None:  # the newest exchanges that fit; the first that does not ends it
+            budget, fits = self.history_tokens, []
+            for turn in reversed(recent):
+                budget -= sum(self.count_tokens(str(message["content"] or ""))
+                              for message, owner in zip(history, owners) if owner == turn)
+                if budget < 0:
+                    break
+                fits.append(turn)
+            recent = fits
+        kept = set(recent)
+        return [message for message, owner in zip(history, owners) if owner in kept]
 
     def discard(self, turn: int) -> None:
         """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
@@ -104,24 +157,13 @@ class LLMStage(Stage):
         """Tokens ``text`` takes in the prompt: about 4 characters a token, unless the backend has a tokenizer."""
         return -(-len(text) // 4)
 
-    def chat_messages(self, user_text: str) -> list[dict[str, Any]]:
-        """The prompt: the system prompt (always), the newest exchanges that fit both the turn count and
-        the token budget (oldest dropped first, a whole exchange at a time), then ``user_text``."""
+    def chat_messages(self, user_text: str, instructions: Any = KEEP) -> list[dict[str, Any]]:
+        """The prompt: the system prompt (always; ``instructions`` replaces it for one turn), the exchanges
+        :meth:`_window` keeps, then ``user_text``."""
         with self._history_lock:
-            history, owners = list(self._history), list(self._history_turns)
-        recent = list(dict.fromkeys(owners))[-self.history_turns:] if self.history_turns > 0 else []  # oldest first
-        if self.history_tokens is not None:  # the newest exchanges that fit; the first that does not ends it
-            budget, fits = self.history_tokens, []
-            for turn in reversed(recent):
-                budget -= sum(self.count_tokens(str(message["content"] or ""))
-                              for message, owner in zip(history, owners) if owner == turn)
-                if budget < 0:
-                    break
-                fits.append(turn)
-            recent = fits
-        kept = set(recent)
-        window = [message for message, owner in zip(history, owners) if owner in kept]
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+            window = self._window()
+        prompt = self.system_prompt if instructions is KEEP else instructions
+        system = [{"role": "system", "content": prompt}] if prompt else []
         return [*system, *window, {"role": "user", "content": user_text}]
 
     def process(self, message: Data) -> Iterator[Message]:
@@ -133,12 +175,20 @@ class LLMStage(Stage):
                                     first_chunk_min_words=self.first_chunk_min_words, stop_on_repeat=True)
         finished = False
         spoken: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
-        messages = self.chat_messages(message.text)
+        with self._history_lock:
+            instructions, toolbox, keep = self._plans.pop(message.turn, (KEEP, KEEP, True))
+        messages = self.chat_messages(message.text, instructions)
+        own_toolbox = self._toolbox
+        if toolbox is not KEEP:
+            self._toolbox = toolbox
         try:
             yield from self._reply(message, messages, splitter, spoken, start)
             finished = True
         finally:  # also when the runner closes the generator (barge-in, cancel, stop)
-            self.remember(message.turn, message.text, splitter.text.strip() if finished else " ".join(spoken))
+            if toolbox is not KEEP and self._toolbox is toolbox:  # unless use_tools changed them meanwhile
+                self._toolbox = own_toolbox
+            if keep:
+                self.remember(message.turn, message.text, splitter.text.strip() if finished else " ".join(spoken))
         yield TurnEnd(message.turn)
 
     def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +17,7 @@ from s2s.graph import RunResult
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted,
                           Transcript, TurnConfirmed, TurnDiscarded, TurnEnd)
 from s2s.metrics import Recorder
+from s2s.server.protocol import ItemRequest
 
 
 @dataclass(frozen=True)
@@ -49,17 +52,48 @@ class UserHeard:
 
 @dataclass(frozen=True)
 class ReplyWords:
-    """A piece of the reply's text."""
+    """A piece of the reply's text: the ``chunk``-th the LLM handed the TTS in its turn."""
 
     turn: int
     text: str
+    chunk: int = -1
 
 
 @dataclass(frozen=True)
 class ReplySound:
-    """A block of reply audio, at the TTS's rate."""
+    """A block of reply audio, at the TTS's rate, made of the ``chunk``-th piece of text of its turn."""
 
     audio: ReplyAudio
+    chunk: int = -1
+
+
+@dataclass(frozen=True)
+class ItemAdded:
+    """A client's item (typed text, a tool's output) joins the conversation."""
+
+    item: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ItemsAnswered:
+    """The typed items ``item_ids`` make up the user's side of ``turn`` (``response.create`` answered them)."""
+
+    turn: int
+    item_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ItemAsked:
+    """``conversation.item.retrieve``, ``.delete`` or ``.truncate``: answered in order with everything else."""
+
+    request: ItemRequest
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The client committed its input buffer (manual turns): ``turn`` is on its way to the STT."""
+
+    turn: int
 
 
 @dataclass(frozen=True)
@@ -106,7 +140,7 @@ class Close:
 
 
 OutboxMessage = (Send | UserStarted | UserStopped | UserHeard | ReplyWords | ReplySound | ReplyOver | ToolCalled
-                 | ToolOutputs | CancelReply | GraphEnded | Close)
+                 | ToolOutputs | CancelReply | GraphEnded | ItemAdded | ItemsAnswered | ItemAsked | Committed | Close)
 
 
 class Outbox:
@@ -136,17 +170,33 @@ class GraphObserver:
     A speculative turn's messages wait until the VAD confirms the turn, and are dropped if it discards it: the
     client never hears of an attempt that did not stand.
 
+    Each piece of reply text is numbered in its turn as the LLM hands it on, and each block of audio the TTS
+    makes carries the number of the piece it was speaking (:meth:`chunk_of`), so a client's truncation at an
+    audio position maps onto the words that had been heard.
+
     Args:
         recorder: the session's metrics.
         outbox: where the messages go.
         vad_stage: the VAD's name (control messages pass every stage; they count once, from it).
         last_stage: the sink's name (a turn's reply is over when its TurnEnd leaves the sink).
+        tts_stage: the TTS's name (the stage that turns the pieces of text into audio).
     """
 
-    def __init__(self, recorder: Recorder, outbox: Outbox, vad_stage: str, last_stage: str) -> None:
+    def __init__(self, recorder: Recorder, outbox: Outbox, vad_stage: str, last_stage: str,
+                 tts_stage: str = "tts") -> None:
         self.recorder, self.outbox, self.vad_stage, self.last_stage = recorder, outbox, vad_stage, last_stage
+        self.tts_stage = tts_stage
         self._pending: dict[int, list[OutboxMessage]] = {}  # speculative turns: messages wait for confirmation
         self._lock = threading.Lock()
+        self._written: Counter[int] = Counter()  # pieces of text the LLM handed on, per turn
+        self._voiced: Counter[int] = Counter()  # pieces the TTS took, per turn
+        self._speaking = -1  # the piece the TTS works on
+        self._chunks: weakref.WeakKeyDictionary[ReplyAudio, int] = weakref.WeakKeyDictionary()
+
+    def chunk_of(self, audio: ReplyAudio) -> int:
+        """The number of the piece of text ``audio`` speaks (-1: unknown), from the sink's thread."""
+        with self._lock:
+            return self._chunks.pop(audio, -1)
 
     def _put(self, turn: int, message: OutboxMessage) -> None:
         """Send now, or once ``turn`` is confirmed."""
@@ -158,12 +208,18 @@ class GraphObserver:
 
     def on_input(self, stage: str, message: Data, now: float) -> None:
         self.recorder.on_input(stage, message, now)
+        if stage == self.tts_stage and isinstance(message, ReplyText):
+            self._speaking = self._voiced[message.turn]
+            self._voiced[message.turn] += 1
 
     def on_done(self, stage: str, message: Data, now: float) -> None:
         self.recorder.on_done(stage, message, now)
 
     def on_output(self, stage: str, message: Message, now: float) -> None:
         self.recorder.on_output(stage, message, now)
+        if isinstance(message, ReplyAudio) and stage == self.tts_stage:
+            with self._lock:
+                self._chunks[message] = self._speaking
         if isinstance(message, SpeechStarted) and stage == self.vad_stage:
             self.outbox.put(UserStarted(message.turn))
         elif isinstance(message, SpeechSegment):
@@ -180,7 +236,9 @@ class GraphObserver:
         elif isinstance(message, Transcript):
             self._put(message.turn, UserHeard(message.turn, message.text))
         elif isinstance(message, ReplyText):
-            self._put(message.turn, ReplyWords(message.turn, message.text))
+            chunk = self._written[message.turn]
+            self._written[message.turn] += 1
+            self._put(message.turn, ReplyWords(message.turn, message.text, chunk))
         elif isinstance(message, TurnEnd) and stage == self.last_stage:
             self.outbox.put(ReplyOver(message.turn))
 

@@ -18,8 +18,9 @@ import numpy as np
 from s2s.server.settings import ServerSettings
 
 DEFAULT_RATE = 24000  # the Realtime API's PCM16 rate
-CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "response.create", "response.cancel",
-                 "conversation.item.create")
+CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
+                 "input_audio_buffer.clear", "response.create", "response.cancel", "conversation.item.create",
+                 "conversation.item.retrieve", "conversation.item.delete", "conversation.item.truncate")
 
 
 class ProtocolError(ValueError):
@@ -34,16 +35,36 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
 
+# semantic_vad's eagerness -> the VAD's min_silence_ms (a silence this long ends the turn); auto keeps the
+# configured value (600 ms in conf/vad/silero.yaml, which the latency benchmark chose)
+EAGERNESS_SILENCE_MS: dict[str, int | None] = {"low": 800, "medium": 600, "high": 400, "auto": None}
+
+
 @dataclass(frozen=True)
 class TurnDetection:
-    """server_vad settings; each maps onto a VAD constructor key (threshold, min_silence_ms, speech_pad_ms)."""
+    """How a user turn ends: the server's VAD (server_vad, semantic_vad) or the client's commit (``kind`` none).
+
+    Each server_vad setting maps onto a VAD constructor key (threshold, min_silence_ms, speech_pad_ms);
+    semantic_vad's ``eagerness`` maps onto min_silence_ms (:data:`EAGERNESS_SILENCE_MS`).
+    """
 
     threshold: float | None = None
     silence_duration_ms: int | None = None
     prefix_padding_ms: int | None = None
     interrupt_response: bool = True
+    kind: str = "server_vad"  # server_vad | semantic_vad | none (turn_detection null: manual turns)
+    eagerness: str | None = None  # semantic_vad only
+    idle_timeout_ms: int | None = None  # accepted and shown; the server sends no idle prompts
+
+    @property
+    def manual(self) -> bool:
+        """No automatic turn end: the client commits the input buffer."""
+        return self.kind == "none"
 
     def vad_overrides(self) -> dict[str, Any]:
+        if self.kind == "semantic_vad":
+            silence = EAGERNESS_SILENCE_MS.get(self.eagerness or "auto")
+            return {} if silence is None else {"min_silence_ms": silence}
         mapping = {"threshold": self.threshold, "min_silence_ms": self.silence_duration_ms,
                    "speech_pad_ms": self.prefix_padding_ms}
         return {key: value for key, value in mapping.items() if value is not None}
@@ -51,7 +72,11 @@ class TurnDetection:
 
 @dataclass
 class SessionUpdate:
-    """The checked content of one ``session.update``: only fields the client named are set."""
+    """The checked content of one ``session.update``: only fields the client named are set.
+
+    ``acknowledged`` holds the keys that were accepted but cannot apply to this pipeline (tracing,
+    noise_reduction, prompt, ...), by their path, for the log.
+    """
 
     instructions: str | None = None
     voice: str | None = None
@@ -59,7 +84,10 @@ class SessionUpdate:
     output_rate: int | None = None
     turn_detection: TurnDetection | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    speed: float | None = None
+    transcription: bool | None = None  # False: the client set transcription null (no transcription events)
+    acknowledged: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,7 +119,7 @@ def parse_frame(frame: str | bytes, limits: ServerSettings) -> ClientEvent:
     return ClientEvent(kind, event_id, event)
 
 
-def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], where: str, event_id: str | None,
+def check_field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], where: str, event_id: str | None,
            required: bool = True) -> Any:
     if name not in body:
         if required:
@@ -107,7 +135,7 @@ def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], where
     return value
 
 
-def _only(body: dict[str, Any], allowed: set[str], where: str, event_id: str | None) -> None:
+def check_keys(body: dict[str, Any], allowed: set[str], where: str, event_id: str | None) -> None:
     unknown = sorted(set(body) - allowed)
     if unknown:
         raise ProtocolError("unknown_parameter", f"unknown parameter '{where}{unknown[0]}'; allowed here: "
@@ -116,8 +144,8 @@ def _only(body: dict[str, Any], allowed: set[str], where: str, event_id: str | N
 
 def decode_audio(event: ClientEvent) -> np.ndarray:
     """``input_audio_buffer.append`` -> int16 samples (little-endian PCM16 mono)."""
-    _only(event.body, {"type", "event_id", "audio"}, "", event.event_id)
-    data = _field(event.body, "audio", str, "", event.event_id)
+    check_keys(event.body, {"type", "event_id", "audio"}, "", event.event_id)
+    data = check_field(event.body, "audio", str, "", event.event_id)
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
@@ -133,130 +161,6 @@ def encode_audio(samples: np.ndarray) -> str:
     return base64.b64encode(samples.astype("<i2").tobytes()).decode("ascii")
 
 
-def _rate(node: Any, where: str, limits: ServerSettings, event_id: str | None) -> int | None:
-    if not isinstance(node, dict):
-        raise ProtocolError("invalid_type", f"'{where}' must be an object", where, event_id)
-    _only(node, {"type", "rate"}, where + ".", event_id)
-    kind = node.get("type", "audio/pcm")
-    if kind != "audio/pcm":
-        raise ProtocolError("invalid_value", f"'{where}.type' {kind!r} is not supported; expected 'audio/pcm' "
-                                             f"(PCM16 mono)", f"{where}.type", event_id)
-    rate = _field(node, "rate", int, where + ".", event_id, required=False)
-    if rate is not None and not limits.min_rate <= rate <= limits.max_rate:
-        raise ProtocolError("invalid_value", f"'{where}.rate' {rate} is out of range; expected "
-                                             f"{limits.min_rate}-{limits.max_rate} Hz", f"{where}.rate", event_id)
-    return rate
-
-
-def _turn_detection(node: Any, where: str, event_id: str | None) -> TurnDetection:
-    if not isinstance(node, dict):
-        raise ProtocolError("invalid_value", f"'{where}' must be an object with type 'server_vad' (turning "
-                                             f"server VAD off is not supported)", where, event_id)
-    _only(node, {"type", "threshold", "silence_duration_ms", "prefix_padding_ms", "interrupt_response",
-                 "create_response"}, where + ".", event_id)
-    if node.get("type", "server_vad") != "server_vad":
-        raise ProtocolError("invalid_value", f"'{where}.type' {node.get('type')!r} is not supported; expected "
-                                             f"'server_vad'", f"{where}.type", event_id)
-    if node.get("create_response", True) is not True:
-        raise ProtocolError("invalid_value", f"'{where}.create_response' must be true: every user turn gets "
-                                             f"a reply", f"{where}.create_response", event_id)
-    threshold = _field(node, "threshold", (int, float), where + ".", event_id, required=False)
-    if threshold is not None and not 0.0 < threshold < 1.0:
-        raise ProtocolError("invalid_value", f"'{where}.threshold' {threshold} is out of range; expected a "
-                                             f"probability between 0 and 1", f"{where}.threshold", event_id)
-    durations = {}
-    for key, upper in (("silence_duration_ms", 10000), ("prefix_padding_ms", 5000)):
-        value = _field(node, key, int, where + ".", event_id, required=False)
-        if value is not None and not 0 <= value <= upper:
-            raise ProtocolError("invalid_value", f"'{where}.{key}' {value} is out of range; expected "
-                                                 f"0-{upper} ms", f"{where}.{key}", event_id)
-        durations[key] = value
-    interrupt = _field(node, "interrupt_response", bool, where + ".", event_id, required=False)
-    return TurnDetection(None if threshold is None else float(threshold), durations["silence_duration_ms"],
-                         durations["prefix_padding_ms"], True if interrupt is None else interrupt)
-
-
-def _tools(value: Any, event_id: str | None) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise ProtocolError("invalid_type", "'session.tools' must be a list of function tools", "session.tools",
-                            event_id)
-    tools = []
-    for index, tool in enumerate(value):
-        where = f"session.tools[{index}]."
-        if not isinstance(tool, dict):
-            raise ProtocolError("invalid_type", f"'{where[:-1]}' must be an object", where[:-1], event_id)
-        _only(tool, {"type", "name", "description", "parameters"}, where, event_id)
-        if tool.get("type", "function") != "function":
-            raise ProtocolError("invalid_value", f"'{where}type' must be 'function'", where + "type", event_id)
-        name = _field(tool, "name", str, where, event_id)
-        description = _field(tool, "description", str, where, event_id, required=False) or ""
-        parameters = _field(tool, "parameters", dict, where, event_id, required=False) or {"type": "object",
-                                                                                            "properties": {}}
-        tools.append({"type": "function", "name": name, "description": description, "parameters": parameters})
-    return tools
-
-
-def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionUpdate:
-    """Check a ``session.update`` against the allowlist; nothing outside it is ever applied.
-
-    Only the form is checked here (known keys, types, ranges); whether the session's stages accept a value
-    (a voice, VAD settings) is :meth:`SessionSettings.apply <s2s.server.session_settings.SessionSettings.apply>`'s
-    business.
-
-    Args:
-        event: the client event.
-        limits: the server's limits (instruction length, PCM16 rates).
-
-    Returns:
-        The update, with only the fields the client named set.
-
-    Raises:
-        ProtocolError: the first key that is unknown, of the wrong type or out of range.
-    """
-    eid = event.event_id
-    _only(event.body, {"type", "event_id", "session"}, "", eid)
-    session = _field(event.body, "session", dict, "", eid)
-    _only(session, {"type", "model", "instructions", "audio", "tools", "tool_choice", "output_modalities"},
-          "session.", eid)
-    if session.get("type", "realtime") != "realtime":
-        raise ProtocolError("invalid_session_type", f"'session.type' {session.get('type')!r} is not supported; "
-                                                    f"expected 'realtime'", "session.type", eid)
-    _field(session, "model", str, "session.", eid, required=False)  # accepted and ignored: the config decides
-    modalities = _field(session, "output_modalities", list, "session.", eid, required=False)
-    if modalities is not None and "audio" not in modalities:
-        raise ProtocolError("invalid_value", "'session.output_modalities' must include 'audio'",
-                            "session.output_modalities", eid)
-    update = SessionUpdate()
-    update.instructions = _field(session, "instructions", str, "session.", eid, required=False)
-    if update.instructions is not None and len(update.instructions) > limits.max_instructions_chars:
-        raise ProtocolError("invalid_value", f"'session.instructions' has {len(update.instructions)} characters; "
-                                             f"at most {limits.max_instructions_chars}", "session.instructions", eid)
-    if "tools" in session:
-        update.tools = _tools(session["tools"], eid)
-    choice = _field(session, "tool_choice", str, "session.", eid, required=False)
-    if choice is not None and choice not in ("auto", "none"):
-        raise ProtocolError("invalid_value", f"'session.tool_choice' {choice!r}; expected 'auto' or 'none'",
-                            "session.tool_choice", eid)
-    update.tool_choice = choice
-    audio = _field(session, "audio", dict, "session.", eid, required=False) or {}
-    _only(audio, {"input", "output"}, "session.audio.", eid)
-    audio_in = _field(audio, "input", dict, "session.audio.", eid, required=False) or {}
-    _only(audio_in, {"format", "turn_detection", "transcription"}, "session.audio.input.", eid)
-    if "format" in audio_in:
-        update.input_rate = _rate(audio_in["format"], "session.audio.input.format", limits, eid) or DEFAULT_RATE
-    if "turn_detection" in audio_in:
-        update.turn_detection = _turn_detection(audio_in["turn_detection"], "session.audio.input.turn_detection",
-                                                eid)
-    if audio_in.get("transcription") is not None:  # transcripts always come; the configured STT makes them
-        _field(audio_in, "transcription", dict, "session.audio.input.", eid)
-    audio_out = _field(audio, "output", dict, "session.audio.", eid, required=False) or {}
-    _only(audio_out, {"format", "voice"}, "session.audio.output.", eid)
-    if "format" in audio_out:
-        update.output_rate = _rate(audio_out["format"], "session.audio.output.format", limits, eid) or DEFAULT_RATE
-    update.voice = _field(audio_out, "voice", str, "session.audio.output.", eid, required=False)
-    return update
-
-
 @dataclass
 class Item:
     """A ``conversation.item.create`` item: user text or the output of a tool call."""
@@ -264,43 +168,82 @@ class Item:
     kind: str  # input_text | function_call_output
     text: str
     call_id: str | None = None
+    item_id: str = field(default_factory=lambda: new_id("item"))
+
+
+def parse_item_object(item: dict[str, Any], where: str, eid: str | None) -> Item:
+    kind = check_field(item, "type", str, where, eid)
+    item_id = item["id"] if isinstance(item.get("id"), str) and item["id"] else new_id("item")
+    if kind == "function_call_output":
+        check_keys(item, {"type", "id", "object", "status", "call_id", "output"}, where, eid)
+        return Item(kind, check_field(item, "output", str, where, eid), check_field(item, "call_id", str, where, eid),
+                    item_id)
+    if kind != "message":
+        raise ProtocolError("invalid_value", f"'{where}type' {kind!r} is not supported; expected 'message' "
+                                             f"(with input_text) or 'function_call_output'", f"{where}type", eid)
+    check_keys(item, {"type", "id", "object", "status", "role", "content"}, where, eid)
+    if item.get("role", "user") != "user":
+        raise ProtocolError("invalid_value", "only 'user' messages can be added", f"{where}role", eid)
+    content = check_field(item, "content", list, where, eid)
+    texts = []
+    for index, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
+            raise ProtocolError("invalid_value", f"'{where}content[{index}]' must be {{'type': 'input_text', "
+                                                 f"'text': ...}}", f"{where}content[{index}]", eid)
+        texts.append(part["text"])
+    text = " ".join(t.strip() for t in texts).strip()
+    if not text:
+        raise ProtocolError("invalid_value", "the message has no text", f"{where}content", eid)
+    return Item("input_text", text, None, item_id)
 
 
 def parse_item(event: ClientEvent) -> Item:
     eid = event.event_id
-    _only(event.body, {"type", "event_id", "item", "previous_item_id"}, "", eid)
-    item = _field(event.body, "item", dict, "", eid)
-    kind = _field(item, "type", str, "item.", eid)
-    if kind == "function_call_output":
-        _only(item, {"type", "id", "object", "status", "call_id", "output"}, "item.", eid)
-        return Item(kind, _field(item, "output", str, "item.", eid), _field(item, "call_id", str, "item.", eid))
-    if kind != "message":
-        raise ProtocolError("invalid_value", f"'item.type' {kind!r} is not supported; expected 'message' "
-                                             f"(with input_text) or 'function_call_output'", "item.type", eid)
-    _only(item, {"type", "id", "object", "status", "role", "content"}, "item.", eid)
-    if item.get("role", "user") != "user":
-        raise ProtocolError("invalid_value", "only 'user' messages can be added", "item.role", eid)
-    content = _field(item, "content", list, "item.", eid)
-    texts = []
-    for index, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
-            raise ProtocolError("invalid_value", f"'item.content[{index}]' must be {{'type': 'input_text', "
-                                                 f"'text': ...}}", f"item.content[{index}]", eid)
-        texts.append(part["text"])
-    text = " ".join(t.strip() for t in texts).strip()
-    if not text:
-        raise ProtocolError("invalid_value", "the message has no text", "item.content", eid)
-    return Item("input_text", text)
+    check_keys(event.body, {"type", "event_id", "item", "previous_item_id"}, "", eid)
+    return parse_item_object(check_field(event.body, "item", dict, "", eid), "item.", eid)
 
 
-def check_response_create(event: ClientEvent) -> None:
-    _only(event.body, {"type", "event_id", "response"}, "", event.event_id)
-    response = _field(event.body, "response", dict, "", event.event_id, required=False) or {}
-    _only(response, {"output_modalities", "metadata"}, "response.", event.event_id)
+@dataclass
+class ItemRequest:
+    """``conversation.item.retrieve``, ``.delete`` or ``.truncate`` of one item."""
+
+    kind: str  # retrieve | delete | truncate
+    item_id: str
+    event_id: str | None
+    audio_end_ms: int = 0  # truncate: the audio the user heard
+    content_index: int = 0
+
+
+def parse_item_request(event: ClientEvent) -> ItemRequest:
+    eid = event.event_id
+    kind = event.type.rsplit(".", 1)[-1]
+    extra = {"audio_end_ms", "content_index"} if kind == "truncate" else set()
+    check_keys(event.body, {"type", "event_id", "item_id", *extra}, "", eid)
+    request = ItemRequest(kind, check_field(event.body, "item_id", str, "", eid), eid)
+    if kind == "truncate":
+        request.audio_end_ms = check_field(event.body, "audio_end_ms", int, "", eid)
+        request.content_index = check_field(event.body, "content_index", int, "", eid, required=False) or 0
+        if request.audio_end_ms < 0 or request.content_index != 0:
+            param = "audio_end_ms" if request.audio_end_ms < 0 else "content_index"
+            raise ProtocolError("invalid_value", f"'{param}' must be {'0 or more' if param == 'audio_end_ms' else 0} "
+                                                 f"(one audio part per assistant item)", param, eid)
+    return request
+
+
+@dataclass
+class ResponseRequest:
+    """What a ``response.create`` asks of this response alone (unset fields: the session's settings hold)."""
+
+    instructions: str | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    out_of_band: bool = False  # conversation "none": the reply stays out of the conversation and the history
+    input: list[Item] | None = None  # its own input items instead of the conversation's new ones
+    metadata: dict[str, Any] | None = None
 
 
 def check_bare(event: ClientEvent) -> None:
-    _only(event.body, {"type", "event_id", "response_id"}, "", event.event_id)
+    check_keys(event.body, {"type", "event_id", "response_id"}, "", event.event_id)
 
 
 # ---------------------------------------------------------------------------------------------- server events
@@ -347,7 +290,9 @@ def assistant_item(item_id: str, transcript: str, completed: bool) -> dict[str, 
 
 
 def response_object(response_id: str, status: str, output: list[dict[str, Any]] | None = None,
-                    reason: str | None = None) -> dict[str, Any]:
+                    reason: str | None = None, metadata: dict[str, Any] | None = None,
+                    out_of_band: bool = False) -> dict[str, Any]:
     details = None if status == "in_progress" else {"type": status, "reason": reason}
     return {"id": response_id, "object": "realtime.response", "status": status, "status_details": details,
-            "output": output or [], "output_modalities": ["audio"]}
+            "output": output or [], "output_modalities": ["audio"], "metadata": metadata,
+            "conversation_id": None if out_of_band else "conv_s2s"}

@@ -54,10 +54,14 @@ class Response:
     Args:
         turn: the user turn it answers (a tool continuation answers the same turn again).
         user_text: what the turn asked; None for a tool continuation (the LLM's history has the question).
+        out_of_band: ``conversation: "none"``: the reply stays out of the conversation and the LLM's history.
+        metadata: the client's, shown with the response.
     """
 
     turn: int
     user_text: str | None = None
+    out_of_band: bool = False
+    metadata: dict[str, Any] | None = None
     id: str = field(default_factory=lambda: _new_id("resp"))
     item_id: str = field(default_factory=lambda: _new_id("item"))
     state: State = State.QUEUED
@@ -66,10 +70,29 @@ class Response:
     transcript: list[str] = field(default_factory=list)
     audio_s: float = 0.0
     calls: list[dict[str, Any]] = field(default_factory=list)
+    chunks: dict[int, str] = field(default_factory=dict)  # piece number in the turn -> its text
+    chunk_audio: dict[int, float] = field(default_factory=dict)  # piece number -> seconds of audio sent of it
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED
+
+    def heard(self, seconds: float) -> str:
+        """The words of the reply whose audio lies within its first ``seconds`` (a client's truncation).
+
+        Pieces of text follow each other in their audio; the piece the cut falls in keeps the share of its words
+        that its audio before the cut has of all its audio.
+        """
+        kept, left = [], seconds
+        for chunk, duration in sorted(self.chunk_audio.items()):
+            words = self.chunks.get(chunk, "").split()
+            if left >= duration - 1e-3:
+                kept += words
+                left -= duration
+                continue
+            kept += words[:round(len(words) * max(left, 0.0) / duration)] if duration > 0 else []
+            break
+        return " ".join(kept)
 
 
 @dataclass(frozen=True)
@@ -122,9 +145,10 @@ class ResponseQueue:
         return open_ones[-1].turn if open_ones else None
 
     # ------------------------------------------------------------------ moves
-    def add(self, turn: int, user_text: str | None = None) -> list[Step]:
+    def add(self, turn: int, user_text: str | None = None, out_of_band: bool = False,
+            metadata: dict[str, Any] | None = None) -> list[Step]:
         """A new response for ``turn`` (its transcript, or tool outputs that continue it); opens when it can."""
-        response = Response(turn, user_text)
+        response = Response(turn, user_text, out_of_band, metadata)
         self._by_turn[turn] = response
         self._queue.append(response)
         return self._open_next()

@@ -278,8 +278,8 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
             except (TimeoutError, ConnectionClosed, asyncio.CancelledError):
                 writer.cancel()
             await loop.run_in_executor(None, session.close, status)
+            registry.ended.append(session.describe())  # before the pipeline is reset: its history is the session's
             pool.give_back(pipeline)
-            registry.ended.append(session.describe())
             registry.active.pop(session_id, None)
             summary = session.recorder.summary()
             log.info("session %s: %s after %d turn(s), %d response(s) completed, %d cancelled; median "

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from s2s.messages import AudioChunk, Data, Message, ReplyAudio
+from s2s.messages import (AudioChunk, Data, Message, ReplyAudio, SpeechSegment, SpeechStarted, TurnConfirmed,
+                          TurnDiscarded)
 from s2s.stage import Source, Stage
 
 _END = None  # marks the end of a session's input
@@ -39,6 +40,10 @@ class SocketSource(Source):
         """Queue float32 samples at ``sample_rate`` (called from the server's event loop)."""
         if len(samples):
             self._inbox.put(samples)
+
+    def poke(self) -> None:
+        """An empty chunk: the VAD acts on a client's commit or clear even when no more audio comes."""
+        self._inbox.put(np.zeros(0, dtype=np.float32))
 
     def end(self) -> None:
         """No more input: the stream ends, so the graph drains and stops."""
@@ -94,7 +99,9 @@ class SessionVAD(Stage):
 
     Typed turns (``response.create`` after a text item) take numbers from the same :class:`TurnCounter`, so
     "a later turn cancels an earlier reply" holds across both kinds. ``replace`` swaps in a VAD with new
-    settings (``session.update`` of turn detection) between two input chunks.
+    settings (``session.update`` of turn detection) between two input chunks. A client's
+    ``input_audio_buffer.commit`` ends the utterance in progress (the VAD's ``flush``) and ``.clear`` drops it;
+    both act before the next input chunk.
 
     Args:
         vad: the configured VAD stage, built for this session.
@@ -109,6 +116,18 @@ class SessionVAD(Stage):
         self._replacement: Stage | None = None
         self._retired: list[Stage] = []
         self._lock = threading.Lock()
+        self._speaking = False  # an utterance is in progress (from its SpeechStarted to its end)
+        self._speculated: int | None = None  # the VAD's number of its speculative segment, when one is out
+        self._dropping = False  # the client cleared the utterance in progress: nothing more of it passes
+        self._requests: list[str] = []  # commit | clear, acted on before the next chunk
+
+    def request(self, kind: str) -> bool:
+        """Commit or clear the utterance in progress before the next chunk; False when none is in progress."""
+        with self._lock:
+            if not self._speaking:
+                return False
+            self._requests.append(kind)
+            return True
 
     def replace(self, vad: Stage) -> None:
         """Use ``vad`` (already set up) from the next input chunk on; an utterance in progress is dropped."""
@@ -138,16 +157,47 @@ class SessionVAD(Stage):
     def warm_up(self) -> None:
         self.vad.warm_up()
 
+    def _track(self, outputs: Iterator[Message]) -> Iterator[Message]:
+        """Renumber the VAD's outputs, follow the utterance in progress, and drop what the client cleared."""
+        for output in outputs:
+            ends = isinstance(output, TurnConfirmed) or (isinstance(output, SpeechSegment) and not output.speculative)
+            with self._lock:
+                dropped = self._dropping and not isinstance(output, SpeechStarted)
+                if isinstance(output, SpeechStarted):
+                    self._speaking, self._dropping = True, False
+                elif isinstance(output, SpeechSegment) and output.speculative and not self._dropping:
+                    self._speculated = output.turn
+                elif isinstance(output, TurnDiscarded):
+                    self._speculated = None
+                elif ends:
+                    self._speaking, self._speculated, self._dropping = False, None, False
+            if not dropped:
+                yield self._renumber(output)
+
+    def _act(self, vad: Stage) -> Iterator[Message]:
+        """The client's commit (the utterance ends now) or clear (it is dropped), in the order they came."""
+        with self._lock:
+            requests, self._requests = self._requests, []
+        for kind in requests:
+            if kind == "commit":
+                yield from self._track(vad.flush())
+                continue
+            with self._lock:
+                speculated, self._speculated = self._speculated, None
+                self._dropping = self._speaking
+            if speculated is not None:  # its work already started: it is void now
+                yield self._renumber(TurnDiscarded(speculated))
+
     def process(self, message: Data) -> Iterator[Message]:
-        for output in self._current().process(message):
-            yield self._renumber(output)
+        vad = self._current()
+        yield from self._act(vad)
+        yield from self._track(vad.process(message))
 
     def end_turn(self, turn: int) -> Iterator[Message]:
         return iter(())  # the VAD starts turns; nothing upstream of it can end one
 
     def flush(self) -> Iterator[Message]:
-        for output in self._current().flush():
-            yield self._renumber(output)
+        yield from self._track(self._current().flush())
 
     def reset(self) -> None:
         self.vad.reset()

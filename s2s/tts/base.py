@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from s2s import audio
 from s2s.messages import Data, Message, ReplyAudio, ReplyText
@@ -19,6 +19,10 @@ class TTSStage(Stage):
     The silence a model pads each chunk with is shortened (:class:`s2s.audio.PauseShaper`): the reply's sound
     starts at most ``lead_silence_s`` into its first block, and chunks end at most ``max_pause_s`` after their
     last sound, so sentences follow each other at a talking pace. Pauses inside a chunk are kept.
+
+    ``voice_key`` and ``speed_key`` name the constructor keywords that choose a named voice and the speaking
+    rate (1.0 = normal), or None where the backend has none: the realtime server maps a client's
+    ``audio.output.voice`` and ``audio.output.speed`` onto them, and on nothing else.
     """
 
     accepts = (ReplyText,)
@@ -26,6 +30,8 @@ class TTSStage(Stage):
     sample_rate: int = 24000
     lead_silence_s: float = 0.05
     max_pause_s: float = 0.25
+    voice_key: ClassVar[str | None] = None
+    speed_key: ClassVar[str | None] = None
 
     def synthesize(self, text: str, language: str | None) -> Iterator[Any]:
         raise NotImplementedError

@@ -71,6 +71,9 @@ class KokoroTTS(TTSStage):
         device: torch device; with mlx, ``mps`` means Metal and anything else the CPU.
     """
 
+    voice_key = "voice"
+    speed_key = "speed"
+
     sample_rate = 24000
     requires = ByBackend({"torch": None, "mlx": Runtime("mlx")})
 

@@ -49,6 +49,9 @@ class KokoroOnnxTTS(TTSStage):
         cache_dir: where the packaged model is assembled once (null: the user cache folder).
     """
 
+    voice_key = "voice"
+    speed_key = "speed"
+
     sample_rate = 24000
 
     def __init__(self, voice: Literal[VOICES] = "jf_alpha",  # type: ignore[valid-type]

@@ -64,6 +64,8 @@ class MmsTTS(TTSStage):
         noise_scale: sampling noise (expressiveness vs stability); null keeps the checkpoint's (0.667 for MMS).
     """
 
+    speed_key = "speaking_rate"
+
     def __init__(self, language: str = "en", model: str | None = None, models: dict[str, str] | None = None,
                  device: str = "auto", speaking_rate: Annotated[float, Range(0.25, 4)] | None = None,
                  noise_scale: Annotated[float, Range(0, 2)] | None = None) -> None:

@@ -146,6 +146,9 @@ class PiperTTS(TTSStage):
         sentence_silence_s: silence added between the sentences of one reply chunk.
     """
 
+    voice_key = "speaker"
+    speed_key = "speed"
+
     sample_rate = 22050
 
     def __init__(self, model: str | None = None, speaker: str | Annotated[int, Range(0)] | None = None,

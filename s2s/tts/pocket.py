@@ -49,6 +49,8 @@ class PocketTTS(TTSStage):
         device: torch device; the model is small and batch-1, so the CPU is usually as fast as a GPU.
     """
 
+    voice_key = "voice"
+
     sample_rate = 24000
 
     def __init__(self, voice: str = "alba", language: str = "english",

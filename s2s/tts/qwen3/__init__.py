@@ -141,6 +141,8 @@ class Qwen3TTS(TTSStage):
         attn_implementation: torch only, eager, sdpa or flash_attention_2 (null: sdpa).
     """
 
+    voice_key = "speaker"
+
     sample_rate = 24000
     # the runtime each backend needs; the platform configs say where a runtime is unavailable, and why
     requires = ByBackend({

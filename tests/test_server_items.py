@@ -1,0 +1,250 @@
+"""The conversation's items, their events, and the client's edits of them, without a socket or a graph.
+
+Every server event is checked against the ``openai`` SDK's own schema of server events: the Agents SDK for
+Python validates each event it receives with it, and reports an error for one that does not fit.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from s2s.llm.base import KEEP
+from s2s.llm.echo import EchoLM
+from s2s.messages import ReplyAudio, Transcript
+from s2s.server.outbox import (CancelReply, Committed, ItemAdded, ItemAsked, ItemsAnswered, ReplyOver, ReplySound,
+                               ReplyWords, ToolCalled, UserHeard, UserStarted, UserStopped)
+from s2s.server.protocol import ItemRequest, ResponseRequest, TurnDetection, user_text_item
+from s2s.server.responses import Response, ResponseQueue
+from s2s.server.session_settings import SessionSettings
+from s2s.server.tools import ToolBridge
+from s2s.server.translator import Translator
+
+TOOL = {"type": "function", "name": "get_weather", "description": "", "parameters": {"type": "object"}}
+
+
+class Recorder:
+    turns: dict = {}
+
+
+def translator(transcription=True, turns=2):
+    llm = EchoLM()
+    llm.history_turns = turns
+    settings = SessionSettings(instructions=None, voice=None, transcription=transcription,
+                               turn_detection=TurnDetection())
+    return Translator("sess_0123456789", ResponseQueue(), ToolBridge(llm, lambda call: None), Recorder(), llm,
+                      lambda: settings, lambda: 32000)
+
+
+def run(t, *messages):
+    events = []
+    for message in messages:
+        events += t.translate(message)
+    return events
+
+
+def sound(seconds, turn=0):
+    return ReplyAudio(np.zeros(int(24000 * seconds), np.float32), 24000, turn)
+
+
+@pytest.fixture(scope="module")
+def schema():
+    from openai.types.realtime import RealtimeServerEvent
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(RealtimeServerEvent)
+
+
+def test_a_spoken_turn_its_reply_and_a_tool_call_are_items_the_sdk_schema_accepts(schema):
+    t = translator()
+    t.tools.install([TOOL], "auto")
+    events = run(t, UserStarted(0), UserStopped(0, 1.5), UserHeard(0, "Weather?"), ReplyWords(0, "Let me see.", 0),
+                 ReplySound(sound(0.5), 0), ToolCalled("call_1", "get_weather", '{"city": "Paris"}'))
+    kinds = [event["type"] for event in events]
+    assert kinds == ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
+                     "input_audio_buffer.committed", "conversation.item.added",
+                     "conversation.item.input_audio_transcription.delta",
+                     "conversation.item.input_audio_transcription.completed", "conversation.item.done",
+                     "response.created", "response.output_item.added", "conversation.item.added",
+                     "response.content_part.added", "response.output_audio_transcript.delta",
+                     "response.output_audio.delta", "response.output_audio.delta",
+                     "response.output_item.added", "conversation.item.added", "response.function_call_arguments.done",
+                     "response.output_item.done", "conversation.item.done", "response.output_audio.done",
+                     "response.output_audio_transcript.done", "response.content_part.done",
+                     "response.output_item.done", "conversation.item.done", "response.done"]
+    for event in events:
+        schema.validate_python(event)
+    user = events[3]["item"]
+    assert user["id"] == events[2]["item_id"] and events[2]["previous_item_id"] is None
+    assert events[6]["item"]["content"][0]["transcript"] == "Weather?"
+    assert events[9]["previous_item_id"] == user["id"]  # the reply follows the question
+    call_done = events[17]["item"]
+    assert (call_done["type"], call_done["status"], call_done["call_id"]) == ("function_call", "completed", "call_1")
+    assert events[14]["item"]["status"] == "in_progress"  # the SDKs run the call at its done, once
+    assert events[4]["delta"] == "Weather?"
+
+
+def test_a_client_item_is_created_added_and_done_and_retrieved_as_it_was_sent(schema):
+    t = translator()
+    item = user_text_item("Hello.")
+    events = run(t, ItemAdded(item), ItemAsked(ItemRequest("retrieve", item["id"], "evt_1")),
+                 ItemAsked(ItemRequest("retrieve", "item_nope", "evt_2")))
+    assert [e["type"] for e in events] == ["conversation.item.created", "conversation.item.added",
+                                           "conversation.item.done", "conversation.item.retrieved", "error"]
+    for event in events:
+        schema.validate_python(event)
+    assert events[3]["item"] == item
+    assert events[4]["error"]["param"] == "item_id" and events[4]["error"]["event_id"] == "evt_2"
+
+
+def test_truncation_keeps_the_words_whose_audio_was_heard_in_the_llm_history(schema):
+    t = translator()
+    run(t, UserStarted(0), UserStopped(0, 1.0), UserHeard(0, "Tell me a story."))
+    events = run(t, ReplyWords(0, "Once upon a time.", 0), ReplyWords(0, "There was a small brown dog.", 1),
+                 ReplySound(sound(1.0), 0), ReplySound(sound(1.2), 1), ReplySound(sound(0.8), 1))
+    item_id = events[0]["item_id"]
+    run(t, UserStarted(1))  # the user speaks over it: cancelled, what was sent stays for now
+    assert t.llm.history()[-1]["content"] == "Once upon a time. There was a small brown dog."
+    cut = run(t, ItemAsked(ItemRequest("truncate", item_id, "evt_1", audio_end_ms=1500)))
+    assert [e["type"] for e in cut] == ["conversation.item.truncated"]
+    schema.validate_python(cut[0])
+    # 1.0 s of the first piece, then 0.5 s of the second's 2.0 s: a quarter of its six words
+    assert t.llm.history()[-1] == {"role": "assistant", "content": "Once upon a time. There was"}
+    retrieved = run(t, ItemAsked(ItemRequest("retrieve", item_id, None)))[0]
+    assert retrieved["item"]["content"][0]["transcript"] == "Once upon a time. There was"
+    too_far = run(t, ItemAsked(ItemRequest("truncate", item_id, "evt_2", audio_end_ms=9000)))[0]
+    assert too_far["type"] == "error" and too_far["error"]["param"] == "audio_end_ms"
+
+
+def test_a_truncation_before_the_cancelled_reply_is_remembered_still_stands():
+    llm = EchoLM()
+    llm.history_turns = 2
+    llm.edit(0, "assistant", "Once")  # the client's truncate came first
+    llm.remember(0, "Tell me a story.", "Once upon a time.")  # then the LLM's thread let go of the turn
+    assert llm.history() == [{"role": "user", "content": "Tell me a story."}, {"role": "assistant", "content": "Once"}]
+
+
+def test_deleting_items_removes_their_messages_from_the_llm_history():
+    t = translator()
+    run(t, UserStarted(0), UserStopped(0, 1.0), UserHeard(0, "Hello."))
+    reply = run(t, ReplyWords(0, "Hi there.", 0), ReplyOver(0))
+    assert t.llm.history() == []  # the echo LLM's thread never ran: remember what it would have
+    t.llm.remember(0, "Hello.", "Hi there.")
+    events = run(t, ItemAsked(ItemRequest("delete", reply[0]["item_id"], None)))
+    assert [e["type"] for e in events] == ["conversation.item.deleted"]
+    assert t.llm.history() == [{"role": "user", "content": "Hello."}]
+    run(t, ItemAsked(ItemRequest("delete", "item_23456789_0", None)))
+    assert t.llm.history() == []
+    assert run(t, ItemAsked(ItemRequest("delete", "item_23456789_0", None)))[0]["type"] == "error"
+
+
+def test_typed_items_become_the_turn_that_answered_them():
+    t = translator()
+    first, second = user_text_item("Hello."), user_text_item("How are you?")
+    run(t, ItemAdded(first), ItemAdded(second), ItemsAnswered(3, (first["id"], second["id"])))
+    t.llm.remember(3, "Hello.\nHow are you?", "Fine.")
+    run(t, ItemAsked(ItemRequest("delete", first["id"], None)))
+    assert t.llm.history()[0] == {"role": "user", "content": "How are you?"}
+
+
+def test_an_out_of_band_response_stays_out_of_the_conversation():
+    t = translator()
+    t.typed_turns.add(0)
+    t.requests[0] = ResponseRequest(out_of_band=True, metadata={"topic": "summary"})
+    events = run(t, UserHeard(0, "Summarize."), ReplyWords(0, "Short.", 0), ReplyOver(0))
+    kinds = [e["type"] for e in events]
+    assert "conversation.item.added" not in kinds and "conversation.item.done" not in kinds
+    assert "response.output_item.added" in kinds
+    done = events[-1]["response"]
+    assert done["metadata"] == {"topic": "summary"} and done["conversation_id"] is None
+    assert t.conversation.get(events[1]["item"]["id"]) is None
+
+
+def test_transcription_null_leaves_the_user_item_without_transcript():
+    t = translator(transcription=False)
+    events = run(t, UserStarted(0), UserStopped(0, 1.0), UserHeard(0, "Hello."))
+    kinds = [e["type"] for e in events]
+    assert not [kind for kind in kinds if "transcription" in kind]
+    assert events[kinds.index("conversation.item.done")]["item"]["content"][0]["transcript"] is None
+
+
+def test_a_manual_commit_announces_the_turn_once():
+    t = translator()
+    events = run(t, Committed(4), UserStopped(4, 2.0))
+    assert [e["type"] for e in events] == ["input_audio_buffer.committed", "conversation.item.added"]
+
+
+def test_heard_text_follows_each_pieces_audio():
+    response = Response(0)
+    response.chunks = {0: "One two three four.", 1: "Five six."}
+    response.chunk_audio = {0: 2.0, 1: 1.0}
+    assert response.heard(0.0) == ""
+    assert response.heard(1.0) == "One two"
+    assert response.heard(2.5) == "One two three four. Five"
+    assert response.heard(10.0) == "One two three four. Five six."
+    response.chunks[2] = "Never voiced."  # no audio of it was sent
+    assert response.heard(10.0) == "One two three four. Five six."
+
+
+def test_a_turn_plan_holds_for_that_turn_only():
+    llm = EchoLM()
+    llm.history_turns = 2
+    llm.system_prompt = "Be kind."
+    llm.plan_turn(1, instructions="Answer in French.", remember=False)
+    assert llm.chat_messages("Hi", KEEP)[0] == {"role": "system", "content": "Be kind."}
+    said = [m.text for m in llm.process(Transcript("Bonjour", 1)) if hasattr(m, "text")]
+    assert said == ["Bonjour"] and llm.history() == []  # out of band: not remembered
+    list(llm.process(Transcript("Hello", 2)))
+    assert llm.history() == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hello"}]
+
+
+def test_cancelling_an_out_of_band_reply_leaves_the_history_alone():
+    t = translator()
+    t.typed_turns.add(0)
+    t.requests[0] = ResponseRequest(out_of_band=True)
+    run(t, UserHeard(0, "Summarize."), ReplyWords(0, "Short.", 0), CancelReply(0, "client_cancelled"))
+    assert t.llm.history() == []
+
+
+class StubVAD:
+    """A VAD whose utterances are scripted: each chunk's samples say what it emits (1: speech, 0: silence)."""
+
+    accepts, emits = (), ()
+
+    def __init__(self):
+        self.turn, self.open = 0, False
+
+    def process(self, message):
+        from s2s.messages import SpeechStarted
+
+        for value in message.samples:
+            if value and not self.open:
+                self.open = True
+                yield SpeechStarted(self.turn)
+            elif not value and self.open:
+                yield from self.flush()
+
+    def flush(self):
+        from s2s.messages import SpeechSegment
+
+        if self.open:
+            self.open = False
+            yield SpeechSegment(np.zeros(160, np.float32), 16000, self.turn, 0.0, 1.0)
+            self.turn += 1
+
+
+def test_the_session_vad_commits_and_clears_the_utterance_in_progress():
+    from s2s.messages import AudioChunk, SpeechSegment, SpeechStarted
+    from s2s.server.stages import SessionVAD, TurnCounter
+
+    vad = SessionVAD(StubVAD(), TurnCounter())
+    chunk = lambda *values: AudioChunk(np.array(values, np.float32), 16000)  # noqa: E731
+    assert not vad.request("commit")  # nothing in progress
+    assert [type(m) for m in vad.process(chunk(1))] == [SpeechStarted]
+    assert vad.request("commit")
+    out = list(vad.process(chunk()))  # the commit acts before the next chunk, even an empty one
+    assert [type(m) for m in out] == [SpeechSegment] and out[0].turn == 0
+    list(vad.process(chunk(1)))
+    assert vad.request("clear")
+    assert list(vad.process(chunk(0))) == []  # the cleared utterance never becomes a turn
+    out = list(vad.process(chunk(1, 0)))
+    assert [type(m) for m in out] == [SpeechStarted, SpeechSegment]
