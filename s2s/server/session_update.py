@@ -21,7 +21,7 @@ from s2s.server.settings import ServerSettings
 
 SESSION_KEYS = {"type", "model", "instructions", "audio", "tools", "tool_choice", "output_modalities", "tracing",
                 "include", "prompt", "max_output_tokens", "truncation", "parallel_tool_calls", "reasoning"}
-# accepted and left alone: nothing in a local pipeline serves them (what each client sends: docs/realtime_clients.md)
+# accepted and left alone: nothing in a local pipeline serves them (what each client sends: the README's Server section)
 ACKNOWLEDGED = ("tracing", "include", "prompt", "max_output_tokens", "truncation", "parallel_tool_calls",
                 "reasoning")
 SERVER_VAD_KEYS = {"type", "threshold", "silence_duration_ms", "prefix_padding_ms", "interrupt_response",
