@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -13,7 +12,7 @@ import numpy as np
 
 from s2s.models import build_once, cache_root
 from s2s.config_errors import Range
-from s2s.sharing import shared_model
+from s2s.onnx import cpu_session
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 from s2s.tts.g2p import english_g2p
@@ -70,14 +69,7 @@ class KokoroOnnxTTS(TTSStage):
         require("misaki", backend="tts=kokoro_onnx", extra="kokoro-onnx")
         path = Path(self.model).expanduser() if self.model else build_once(
             cache_root(self.cache_dir) / "kokoro" / MODEL_NAME, join_parts, "Kokoro-82M int8 ONNX (packaged parts)")
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        # the runner's budget, else a launcher's per-job one (joblib/Ray set OMP_NUM_THREADS); 0: onnxruntime decides
-        threads = os.environ.get("OMP_NUM_THREADS", "")
-        options.intra_op_num_threads = self.threads or (int(threads) if threads.isdigit() else 0)
-        self._session = shared_model(  # one copy per process when the realtime server shares weights
-            ("onnxruntime", str(path), options.intra_op_num_threads),
-            lambda: onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
+        self._session = cpu_session(onnxruntime, path, self.threads)
         self._vocab = json.loads(_data("vocab.json").read_text(encoding="utf-8"))["vocab"]
         with _data("voices_ja.npz").open("rb") as file:
             self._style = np.load(file)[self.voice]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import re
 import shutil
 import subprocess
@@ -24,7 +23,7 @@ import numpy as np
 
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.platform import detect
-from s2s.sharing import shared_model
+from s2s.onnx import cpu_session
 from s2s.stage import require
 from s2s.tts.base import TTSStage
 
@@ -208,14 +207,7 @@ class PiperTTS(TTSStage):
             inference.get("noise_w", 0.8) if self.noise_w is None else self.noise_w], dtype=np.float32)
         self._ids = {symbol: list(ids) for symbol, ids in config["phoneme_id_map"].items()}
         self._clusters = {tuple(cluster) for cluster in config.get("vowel_clusters") or []}
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        # the runner's budget, else a launcher's per-job one (joblib/Ray set OMP_NUM_THREADS); 0: onnxruntime decides
-        threads = os.environ.get("OMP_NUM_THREADS", "")
-        options.intra_op_num_threads = self.threads or (int(threads) if threads.isdigit() else 0)
-        self._session = shared_model(  # one copy per process when the realtime server shares weights
-            ("onnxruntime", str(path), options.intra_op_num_threads),
-            lambda: onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
+        self._session = cpu_session(onnxruntime, path, self.threads)
         takes_sid = "sid" in {node.name for node in self._session.get_inputs()}
         self._sid = np.array([speaker_id(config, self.speaker)], dtype=np.int64) if takes_sid else None
 
