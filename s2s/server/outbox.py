@@ -43,6 +43,14 @@ class UserStopped:
 
 
 @dataclass(frozen=True)
+class UserPartial:
+    """An interim transcript of ``turn`` while the user still speaks (the utterance so far)."""
+
+    turn: int
+    text: str
+
+
+@dataclass(frozen=True)
 class UserHeard:
     """The transcript of ``turn`` (spoken, or typed and handed to the LLM): its response is made now."""
 
@@ -139,7 +147,7 @@ class Close:
     """The session is over: the writer stops."""
 
 
-OutboxMessage = (Send | UserStarted | UserStopped | UserHeard | ReplyWords | ReplySound | ReplyOver | ToolCalled
+OutboxMessage = (Send | UserStarted | UserStopped | UserPartial | UserHeard | ReplyWords | ReplySound | ReplyOver | ToolCalled
                  | ToolOutputs | CancelReply | GraphEnded | ItemAdded | ItemsAnswered | ItemAsked | Committed | Close)
 
 

@@ -26,7 +26,7 @@ from s2s.messages import SpeechSegment, Transcript
 from s2s.metrics import Recorder
 from s2s.server import protocol
 from s2s.server.outbox import (CancelReply, Close, Committed, GraphEnded, GraphObserver, ItemAdded, ItemAsked,
-                               ItemsAnswered, Outbox, ReplySound, Send, ToolOutputs)
+                               ItemsAnswered, Outbox, ReplySound, Send, ToolOutputs, UserPartial)
 from s2s.server.pipelines import Pipeline
 from s2s.server.protocol import ClientEvent, ProtocolError, event
 from s2s.server.responses import ResponseQueue, State
@@ -35,6 +35,7 @@ from s2s.server.session_update import parse_response_create, parse_session_updat
 from s2s.server.settings import ServerSettings
 from s2s.server.stages import PIPELINE_RATE, SessionVAD, SocketSink, SocketSource, TurnCounter
 from s2s.server.tools import ToolBridge
+from s2s.stt.base import STTStage
 from s2s.server.translator import Translator
 
 log = logging.getLogger("s2s.server")
@@ -68,6 +69,7 @@ class Session:
         groups = {spec.group: spec for spec in specs}
         self.vad_spec, self.tts_spec = specs[1], groups.get("tts", specs[-2])
         stt = groups.get("stt", specs[2])
+        self.stt_group = stt.group
         self.transcription = (str(stt.kwargs.get("model", stt.target)), stt.kwargs.get("language"))
         self.recorder = Recorder(output_dir, last_stage=specs[-1].group,
                                  run_info={"session": session_id, "stages": {s.group: s.target for s in specs}})
@@ -323,6 +325,11 @@ class Session:
             stages = [(name, self._own_tts if name == self.tts_spec.group else stage) for name, stage in stages]
         self._source = SocketSource(PIPELINE_RATE)
         self._vad = SessionVAD(self._build_vad(self.settings.vad_overrides), self.turns)
+        stt = dict(self.pipeline.stages).get(self.stt_group)
+        if self.limits.partial_transcripts_s is not None and isinstance(stt, STTStage):
+            self._vad.enable_partials(stt, self.limits.partial_transcripts_s,
+                                      lambda turn, text: self.outbox.put(UserPartial(turn, text)),
+                                      lambda: self.settings.transcription)
         observer = GraphObserver(self.recorder, self.outbox, self.vad_spec.group, self.specs[-1].group,
                                  self.tts_spec.group)
         sink = SocketSink(lambda message: self.outbox.put(ReplySound(message, observer.chunk_of(message))))

@@ -28,6 +28,9 @@ class ServerSettings:
         max_rate: highest such rate.
         max_instructions_chars: longest ``session.update`` instructions accepted.
         idle_timeout_s: a session without a client event for this long is closed.
+        partial_transcripts_s: while the user speaks, the utterance so far is transcribed again after each this
+            many seconds of new speech, and what it adds goes out as ``input_audio_transcription.delta``;
+            null: one delta with the whole transcript, just before ``.completed``.
     """
 
     host: str
@@ -39,6 +42,7 @@ class ServerSettings:
     max_rate: Annotated[int, RATE]
     max_instructions_chars: Annotated[int, Range(1)]
     idle_timeout_s: Annotated[float, Range(0, exclusive=True)]
+    partial_transcripts_s: Annotated[float, Range(0.3, 10)] | None = 1.0
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from s2s.messages import (AudioChunk, Data, Message, ReplyAudio, SpeechSegment, SpeechStarted, TurnConfirmed,
                           TurnDiscarded)
+from s2s.server.partials import PartialTranscriber
 from s2s.stage import Source, Stage
 
 _END = None  # marks the end of a session's input
@@ -120,6 +121,35 @@ class SessionVAD(Stage):
         self._speculated: int | None = None  # the VAD's number of its speculative segment, when one is out
         self._dropping = False  # the client cleared the utterance in progress: nothing more of it passes
         self._requests: list[str] = []  # commit | clear, acted on before the next chunk
+        self._open: int | None = None  # the session's turn of the utterance partial transcripts are for
+        self._partials: PartialTranscriber | None = None
+        self._put_partial: Callable[[int, str], None] = lambda turn, text: None
+        self._wanted: Callable[[], bool] = lambda: False
+
+    def enable_partials(self, stt: Any, every_s: float, put: Callable[[int, str], None],
+                        wanted: Callable[[], bool]) -> None:
+        """Transcribe the open utterance after each ``every_s`` s of new speech; ``put(turn, text)`` sends it.
+
+        A pass runs only while the user is voicing and before the turn's (speculative) segment is out, so the
+        turn's own STT never waits behind one; its text is dropped if the turn moved on meanwhile (a segment
+        went out, the client cleared it). ``wanted()`` is asked before each pass (transcription null: no).
+        """
+        self._partials = PartialTranscriber(stt, every_s, self._deliver_partial)
+        self._put_partial, self._wanted = put, wanted
+
+    def _deliver_partial(self, turn: int, text: str) -> None:
+        with self._lock:
+            if self._open == turn and self._speculated is None and not self._dropping:
+                self._put_partial(turn, text)
+
+    def _offer_partial(self, vad: Stage) -> None:
+        with self._lock:
+            turn = self._open
+        if self._partials is None or turn is None or not getattr(vad, "voicing", False) or not self._wanted():
+            return
+        speech = vad.open_speech()  # type: ignore[attr-defined]  # a VAD with ``voicing`` has it
+        if speech is not None and self._partials.due(turn, len(speech)):
+            self._partials.start(turn, speech)
 
     def request(self, kind: str) -> bool:
         """Commit or clear the utterance in progress before the next chunk; False when none is in progress."""
@@ -140,6 +170,7 @@ class SessionVAD(Stage):
                 self._retired.append(self.vad)
                 self.vad, self._replacement = self._replacement, None
                 self._numbers.clear()
+                self._open = None
             return self.vad
 
     def _renumber(self, message: Message) -> Message:
@@ -163,16 +194,20 @@ class SessionVAD(Stage):
             ends = isinstance(output, TurnConfirmed) or (isinstance(output, SpeechSegment) and not output.speculative)
             with self._lock:
                 dropped = self._dropping and not isinstance(output, SpeechStarted)
+                shown = None if dropped else self._renumber(output)
                 if isinstance(output, SpeechStarted):
                     self._speaking, self._dropping = True, False
+                    self._open = getattr(shown, "turn", None)
                 elif isinstance(output, SpeechSegment) and output.speculative and not self._dropping:
                     self._speculated = output.turn
                 elif isinstance(output, TurnDiscarded):
                     self._speculated = None
                 elif ends:
                     self._speaking, self._speculated, self._dropping = False, None, False
-            if not dropped:
-                yield self._renumber(output)
+                if not isinstance(output, SpeechStarted) and getattr(output, "turn", None) is not None:
+                    self._open = None  # its segment is out, or its attempt void: no more partials for it
+            if shown is not None:
+                yield shown
 
     def _act(self, vad: Stage) -> Iterator[Message]:
         """The client's commit (the utterance ends now) or clear (it is dropped), in the order they came."""
@@ -185,6 +220,7 @@ class SessionVAD(Stage):
             with self._lock:
                 speculated, self._speculated = self._speculated, None
                 self._dropping = self._speaking
+                self._open = None
             if speculated is not None:  # its work already started: it is void now
                 yield self._renumber(TurnDiscarded(speculated))
 
@@ -192,6 +228,7 @@ class SessionVAD(Stage):
         vad = self._current()
         yield from self._act(vad)
         yield from self._track(vad.process(message))
+        self._offer_partial(vad)
 
     def end_turn(self, turn: int) -> Iterator[Message]:
         return iter(())  # the VAD starts turns; nothing upstream of it can end one
@@ -203,6 +240,8 @@ class SessionVAD(Stage):
         self.vad.reset()
 
     def close(self) -> None:
+        if self._partials is not None:
+            self._partials.close()
         for vad in [self.vad, *self._retired, *([self._replacement] if self._replacement else [])]:
             vad.close()
 

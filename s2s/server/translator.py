@@ -18,9 +18,10 @@ from s2s.llm.base import LLMStage
 from s2s.metrics import Recorder
 from s2s.server import protocol
 from s2s.server.conversation import Conversation
+from s2s.server.partials import new_suffix
 from s2s.server.outbox import (CancelReply, Close, Committed, GraphEnded, ItemAdded, ItemAsked, ItemsAnswered,
                                OutboxMessage, ReplyOver, ReplySound, ReplyWords, Send, ToolCalled, ToolOutputs,
-                               UserHeard, UserStarted, UserStopped)
+                               UserHeard, UserPartial, UserStarted, UserStopped)
 from s2s.server.protocol import ProtocolError, ResponseRequest, event
 from s2s.server.responses import Finished, Opened, Output, Response, ResponseQueue, State, Step
 from s2s.server.session_settings import SessionSettings
@@ -62,9 +63,10 @@ class Translator:
         self.typed_turns: set[int] = set()  # turns typed by the client: no transcription event for them
         self.requests: dict[int, ResponseRequest] = {}  # what a client's response.create asked for its turn
         self._committed: set[int] = set()  # manual turns: announced at the client's commit
+        self._partial: dict[int, str] = {}  # spoken turns: the transcript deltas sent so far, joined
         self._handlers: dict[type, Callable[[Any], Events]] = {
             Send: lambda message: [message.event], UserStarted: self._user_started,
-            UserStopped: self._user_stopped, UserHeard: self._user_heard, Committed: self._committed_turn,
+            UserStopped: self._user_stopped, UserPartial: self._user_partial, UserHeard: self._user_heard, Committed: self._committed_turn,
             ReplyWords: lambda message: self._steps(self.responses.output(message.turn, message)),
             ReplySound: lambda message: self._steps(self.responses.output(message.audio.turn, message)),
             ReplyOver: lambda message: self._steps(self.responses.complete(message.turn)),
@@ -119,6 +121,23 @@ class Translator:
         return [event("input_audio_buffer.speech_stopped", item_id=self._user_item(message.turn),
                       audio_end_ms=int(message.end_s * 1000)), *self._announce_user_item(message.turn)]
 
+    def _transcript_delta(self, turn: int, text: str) -> Events:
+        """A delta with what ``text`` adds to the deltas of ``turn`` so far; none when it revises them."""
+        sent = self._partial.get(turn, "")
+        suffix = new_suffix(sent, text)
+        if not suffix:
+            return []
+        self._partial[turn] = sent + suffix
+        return [event("conversation.item.input_audio_transcription.delta", item_id=self._user_item(turn),
+                      content_index=0, delta=suffix)]
+
+    def _user_partial(self, message: UserPartial) -> Events:
+        if message.turn in self.typed_turns or not self.settings().transcription:
+            return []
+        for turn in [turn for turn in self._partial if turn < message.turn - 8]:  # discarded attempts' text
+            del self._partial[turn]
+        return self._transcript_delta(message.turn, message.text)
+
     def _user_heard(self, message: UserHeard) -> Events:
         out = []
         if message.turn not in self.typed_turns:
@@ -127,11 +146,11 @@ class Translator:
             if shown:
                 record = self.recorder.turns.get(message.turn)
                 seconds = round(record.user_audio_s or 0.0, 3) if record else 0.0
-                out += [event("conversation.item.input_audio_transcription.delta", item_id=item_id, content_index=0,
-                              delta=message.text),
+                out += [*self._transcript_delta(message.turn, message.text),
                         event("conversation.item.input_audio_transcription.completed", item_id=item_id,
                               content_index=0, transcript=message.text,
                               usage={"type": "duration", "seconds": seconds})]
+            self._partial.pop(message.turn, None)
             item = _user_audio_item(item_id, message.text if shown else None, True)
             if (entry := self.conversation.get(item_id)) is not None:
                 entry.item.update(item)

@@ -138,6 +138,19 @@ class SileroVAD(Stage):
         if self._model is not None:
             self._model.reset_states()
 
+    def open_speech(self) -> np.ndarray | None:
+        """A copy of the open utterance's samples so far (16 kHz, pad included); None when none is open.
+
+        Safe from another thread: the frame list is replaced, never emptied in place, and frames are never written.
+        """
+        frames = self._speech[:] if self._triggered else []
+        return np.concatenate(frames) if frames else None
+
+    @property
+    def voicing(self) -> bool:
+        """An utterance is open and its latest frame was speech (no silence has started yet)."""
+        return self._triggered and self._silence == 0
+
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, AudioChunk)
         samples = audio.resample(message.samples, message.sample_rate, RATE)

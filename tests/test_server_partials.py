@@ -1,0 +1,191 @@
+"""Partial transcripts: the rule for what a delta adds, the session VAD's passes, and a real server's deltas.
+
+The server tests speak through the openai SDK on the shared llm=echo server (tests/conftest.py ``echo_server``,
+the packaged tiny Whisper), paced as a microphone would be.
+"""
+from __future__ import annotations
+
+import difflib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from s2s.messages import AudioChunk, SpeechSegment, SpeechStarted
+from s2s.server.outbox import UserHeard, UserPartial, UserStarted, UserStopped
+from s2s.server.partials import interim, new_suffix
+from s2s.server.stages import SessionVAD, TurnCounter
+from test_server_items import run, translator
+
+SENTENCE = "The quick brown fox jumps over the lazy dog and then runs all the way back home."  # no comma: no pause
+DELTA = "conversation.item.input_audio_transcription.delta"
+COMPLETED = "conversation.item.input_audio_transcription.completed"
+
+
+def test_a_delta_is_what_the_new_text_adds_ignoring_case_and_spaces():
+    assert new_suffix("", "Hello there") == "Hello there"
+    assert new_suffix("Hello", "hello world") == " world"
+    assert new_suffix("The quick", "The  quickest fox") == "est fox"
+    assert new_suffix("Hello world", "hello   WORLD") == ""
+    assert new_suffix("Hello world", "Hello, world. Again") == ". Again"  # punctuation moved: still a prefix
+    assert new_suffix("Hello word", "Hello world, again") is None  # Whisper revised a word: nothing
+    assert new_suffix("Hello world again", "Hello world") is None  # shorter: it revises too
+    assert interim("The quick brown fo.") == "The quick brown"  # the last word may be cut: held back
+    assert interim("The quick, brown.") == "The quick" and interim("The") == ""
+
+
+def test_the_translator_sends_suffixes_and_the_rest_of_the_final_transcript():
+    t = translator()
+    events = run(t, UserStarted(0), UserPartial(0, "The quick"), UserPartial(0, "The quick brown"),
+                 UserPartial(0, "The quack brown fox"),  # revised: nothing
+                 UserPartial(0, "the quick brown fox"), UserStopped(0, 3.0), UserHeard(0, "The quick brown fox jumps."))
+    deltas = [e for e in events if e["type"] == DELTA]
+    assert [e["delta"] for e in deltas] == ["The quick", " brown", " fox", " jumps."]
+    completed = [e for e in events if e["type"] == COMPLETED]
+    assert completed[0]["transcript"] == "The quick brown fox jumps."
+    assert {e["item_id"] for e in deltas} == {completed[0]["item_id"]}
+    assert [e["type"] for e in events].index(COMPLETED) > [e["type"] for e in events].index(DELTA)
+
+    revised = run(t, UserStarted(1), UserPartial(1, "Hello word"), UserHeard(1, "Hello world."))
+    assert [e["delta"] for e in revised if e["type"] == DELTA] == ["Hello word"]  # the final revises: no rest
+    assert [e["transcript"] for e in revised if e["type"] == COMPLETED] == ["Hello world."]
+
+    quiet = translator(transcription=False)
+    assert not [e for e in run(quiet, UserStarted(0), UserPartial(0, "Hello"), UserHeard(0, "Hello."))
+                if "transcription" in e["type"]]
+
+
+class VoicingVAD:
+    """A VAD whose chunks script it: 1 speech (the utterance grows), 0 a pause (silence started), -1 its end."""
+
+    accepts, emits = (), ()
+
+    def __init__(self):
+        self.speech, self.voicing, self.turn = [], False, 0
+
+    def process(self, message):
+        value = message.samples[0] if len(message.samples) else None
+        if value == 1:
+            if not self.speech:
+                yield SpeechStarted(self.turn)
+            self.speech.append(np.ones(16000, np.float32))
+            self.voicing = True
+        elif value == 0:
+            self.voicing = False
+        elif value == -1:
+            yield SpeechSegment(np.concatenate(self.speech), 16000, self.turn, 0.0, 1.0)
+            self.speech, self.voicing, self.turn = [], False, self.turn + 1
+
+    def open_speech(self):
+        return np.concatenate(self.speech) if self.speech else None
+
+
+class SlowSTT:
+    sample_rate = 16000
+
+    def __init__(self):
+        self.calls, self.release = [], threading.Event()
+
+    def transcribe(self, samples):
+        self.calls.append(len(samples) / 16000)
+        self.release.wait(10)
+        return f"{len(samples) // 16000} seconds so.", "en"
+
+
+def test_the_session_vad_runs_one_pass_at_a_time_only_while_the_user_voices():
+    stt, sent = SlowSTT(), []
+    vad = SessionVAD(VoicingVAD(), TurnCounter())
+    from s2s.server.partials import PartialTranscriber
+
+    vad.enable_partials(stt, 1.0, lambda turn, text: sent.append((turn, text)), lambda: True)
+    assert isinstance(vad._partials, PartialTranscriber)
+    chunk = lambda value: AudioChunk(np.array([value], np.float32), 16000)  # noqa: E731
+    started = time.monotonic()
+    assert [type(m) for m in vad.process(chunk(1))] == [SpeechStarted]  # 1 s: a pass starts, in its thread
+    assert time.monotonic() - started < 1  # the VAD's thread never waits for it
+    list(vad.process(chunk(1)))  # 2 s: one pass is running, none more
+    deadline = time.monotonic() + 5
+    while not stt.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stt.calls == [1.0]
+    stt.release.set()
+    vad._partials.close()
+    assert sent == [(0, "1 seconds")]  # the closing period of an interim pass is dropped
+    list(vad.process(chunk(0)))  # a pause: silence started, no pass
+    list(vad.process(chunk(1)))  # 3 s, voicing again: a pass over all of it
+    vad._partials.close()
+    assert stt.calls == [1.0, 3.0] and sent[-1] == (0, "3 seconds")
+    stt.release.clear()
+    list(vad.process(chunk(1)))  # 4 s: a pass starts, then the segment goes out before it ends
+    assert [type(m) for m in vad.process(chunk(-1))] == [SpeechSegment]
+    stt.release.set()
+    vad._partials.close()
+    assert len(stt.calls) == 3 and len(sent) == 2  # the text came too late for its turn: dropped
+
+
+# ---------------------------------------------------------------------------------------------- a real server
+@pytest.fixture(scope="module")
+def long_speech(espeak, tmp_path_factory):
+    from realtime_server import pcm16
+
+    speech = pcm16(espeak(SENTENCE, tmp_path_factory.mktemp("partials") / "long.wav"), trailing_silence_s=2.0)
+    assert 4.0 <= (len(speech) / 24000) - 2.0 <= 7.0  # a long sentence: several passes while it is spoken
+    return speech
+
+
+def speak(server, speech, paced):
+    """One spoken turn: every event up to its transcript's ``.completed`` (all waits bounded)."""
+    import base64
+
+    from realtime_server import API_KEY, Events, openai_client
+
+    server.wait_idle()
+    with openai_client(server, API_KEY).realtime.connect(model="s2s-test") as connection:
+        events = Events(connection)
+        events.until("session.created", 30)
+        step = 2400  # 0.1 s at 24 kHz
+        for start in range(0, len(speech), step):
+            connection.input_audio_buffer.append(audio=base64.b64encode(speech[start:start + step].tobytes()).decode())
+            if paced:
+                time.sleep(0.1)
+        completed = events.until(COMPLETED, 120)
+        events.until("response.done", 120)
+    return events.all, completed
+
+
+def check_deltas(events, completed):
+    deltas = [e for e in events if e.type == DELTA]
+    assert deltas and {e.item_id for e in deltas} == {completed.item_id}
+    built = ""
+    for delta in deltas:
+        assert new_suffix(built, built + delta.delta) is not None
+        built += delta.delta
+    final = completed.transcript
+    if new_suffix(built, final) is None:  # the final pass revised a word the deltas had: still close to it
+        words = lambda text: "".join(c for c in text.lower() if c.isalnum() or c == " ").split()  # noqa: E731
+        shown = words(built)
+        assert difflib.SequenceMatcher(None, shown, words(final)[:len(shown)]).ratio() >= 0.5, (built, final)
+    return deltas
+
+
+def test_partial_transcripts_arrive_while_the_user_still_speaks(echo_server, long_speech):
+    events, completed = speak(echo_server, long_speech, paced=True)
+    assert "fox" in completed.transcript.lower()
+    kinds = [e.type for e in events]
+    deltas = check_deltas(events, completed)
+    assert kinds.index(DELTA) < kinds.index("input_audio_buffer.speech_stopped"), kinds
+    assert len(deltas) >= 2 and kinds.index(COMPLETED) > max(i for i, k in enumerate(kinds) if k == DELTA)
+
+
+def test_with_partial_transcripts_null_only_the_final_delta_is_sent(tmp_path, long_speech):
+    from realtime_server import API_KEY, RunningServer
+
+    server = RunningServer(tmp_path / "run", "llm=echo", "server.max_sessions=1", "server.partial_transcripts_s=null",
+                           env={"S2S_API_KEY": API_KEY})
+    try:
+        events, completed = speak(server, long_speech, paced=False)
+    finally:
+        assert server.stop() == 0, server.output[-3000:]
+    deltas = [e for e in events if e.type == DELTA]
+    assert [e.delta for e in deltas] == [completed.transcript]
