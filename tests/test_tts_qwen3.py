@@ -116,7 +116,7 @@ def test_backend_follows_the_platform(tmp_path, platform, backend):
 
 
 @pytest.mark.parametrize("overrides, platform, backend", [
-    (["tts=qwen3_ggml"], "macos", "ggml"), (["tts=qwen3_mlx"], "linux", "mlx"), (["tts=qwen3_mlx"], "windows", "mlx"),
+    (["tts=qwen3_ggml"], "macos", "ggml"), (["tts=qwen3_mlx"], "linux", "mlx"), (["tts=qwen3_mlx"], "macos", "mlx"),
     (["tts=qwen3_torch"], "linux_cuda", "torch"), (["tts=qwen3", "tts.backend=torch"], "linux_cuda", "torch"),
     (["tts=qwen3", "tts.backend=ggml"], "macos", "ggml")])  # what the user types wins over conf/tts_platform
 def test_variants_and_the_command_line_pin_the_backend(tmp_path, overrides, platform, backend):
