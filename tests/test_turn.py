@@ -206,3 +206,19 @@ def test_smart_turn_hears_complete_questions_from_cut_ones(tmp_path):
     complete, cut = scores(COMPLETE), scores(CUT)
     assert complete.mean() - cut.mean() > 0.4, (complete, cut)  # measured: 0.91 against 0.20
     assert (complete >= 0.5).sum() >= 10 and (cut < 0.5).sum() >= 9, (complete, cut)  # measured 12/12, 11/12
+
+
+# ---------------------------------------------------------------- python -m s2s.bench turns
+def test_the_turn_benchmark_counts_a_turn_let_go_in_the_pause_as_a_cut_off(paused):
+    from s2s.bench.turns import TurnClip, judge
+
+    loud = np.flatnonzero(np.abs(paused) > 0.02)
+    widest = int(np.argmax(np.diff(loud)))  # the 0.4 s pause between the pieces
+    clip = TurnClip("paused", paused, (loud[widest] / 16000, loud[widest + 1] / 16000))
+    for answers, cut, turns in (((True, True), True, 2), ((False, True), False, 1)):
+        vad = SileroVAD(turn=SMART)
+        vad.detector = StandIn(*answers)
+        vad.setup()
+        result = judge(vad, clip)
+        assert (result["cut"], result["turns"]) == (cut, turns)
+        assert result["endpoint_s"] == pytest.approx(0.2, abs=0.07)
