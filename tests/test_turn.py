@@ -204,7 +204,7 @@ def test_smart_turn_hears_complete_questions_from_cut_ones(tmp_path):
         return np.array(found)
 
     complete, cut = scores(COMPLETE), scores(CUT)
-    assert complete.mean() - cut.mean() > 0.4, (complete, cut)  # measured: 0.91 against 0.20
+    assert complete.mean() - cut.mean() > 0.4, (complete, cut)  # measured: 0.90 against 0.16
     assert (complete >= 0.5).sum() >= 10 and (cut < 0.5).sum() >= 9, (complete, cut)  # measured 12/12, 11/12
 
 
