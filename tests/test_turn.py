@@ -1,0 +1,224 @@
+"""Turn detection (the ``turn`` group): the VAD ends a turn early when its detector hears it complete."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from s2s import audio
+from s2s.messages import AudioChunk, SpeechSegment, TurnConfirmed, TurnDiscarded
+from s2s.vad import turn
+from s2s.vad.silero import SileroVAD
+
+SMART = {"detector": "smart_turn", "threshold": 0.5, "max_silence_ms": 1000}
+pipecat = pytest.mark.skipif(importlib.util.find_spec("pipecat") is None,
+                             reason="pipecat-ai is not installed (pip install --no-deps pipecat-ai==1.14.0)")
+
+
+class StandIn:
+    """A turn detector that answers from a script and keeps what it was asked about."""
+
+    def __init__(self, *answers: bool) -> None:
+        self.answers, self.heard = list(answers), []
+
+    def __call__(self, samples: np.ndarray) -> bool:
+        self.heard.append(len(samples) / 16000)
+        return self.answers.pop(0)
+
+
+def trimmed(samples: np.ndarray) -> np.ndarray:
+    loud = np.flatnonzero(np.abs(samples) > 0.02)
+    return samples[loud[0]:loud[-1] + 1]
+
+
+@pytest.fixture(scope="module")
+def question(espeak, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("turn")
+    return trimmed(audio.read_audio(espeak("What is the capital of France?", folder / "q.wav"), 16000))
+
+
+@pytest.fixture(scope="module")
+def paused(espeak, tmp_path_factory):
+    """'What is the capital' ... 0.4 s ... 'of France?' then 1.5 s of silence."""
+    folder = tmp_path_factory.mktemp("turn_paused")
+    first = trimmed(audio.read_audio(espeak("What is the capital", folder / "a.wav"), 16000))
+    second = trimmed(audio.read_audio(espeak("of France?", folder / "b.wav"), 16000))
+    return np.concatenate([audio.silence(0.5, 16000), first, audio.silence(0.4, 16000), second,
+                           audio.silence(1.5, 16000)])
+
+
+def messages(vad: SileroVAD, samples: np.ndarray) -> list:
+    vad.setup()
+    out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
+    return out + list(vad.flush())
+
+
+def kinds(out: list) -> list[tuple[str, int]]:
+    return [(type(m).__name__, m.turn) for m in out]
+
+
+def test_a_turn_judged_complete_ends_at_the_short_silence(question):
+    samples = np.concatenate([audio.silence(0.5, 16000), question, audio.silence(1.5, 16000)])
+    vad = SileroVAD(turn=SMART)
+    vad.detector = detector = StandIn(True)
+    out = messages(vad, samples)
+    assert kinds(out) == [("SpeechStarted", 0), ("SpeechSegment", 0), ("TurnConfirmed", 0)]
+    segment, confirmed = out[1], out[2]
+    assert segment.speculative
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.2, abs=0.07)  # not min_silence_ms (0.6)
+    # it judged the whole utterance so far: the speech, the leading pad and the short silence
+    assert detector.heard == [pytest.approx(len(question) / 16000 + 0.3, abs=0.15)]
+
+
+def test_a_turn_judged_incomplete_waits_for_the_maximum_silence(question):
+    samples = np.concatenate([audio.silence(0.5, 16000), question, audio.silence(1.5, 16000)])
+    vad = SileroVAD(turn=SMART)
+    vad.detector = StandIn(False)
+    out = messages(vad, samples)
+    assert kinds(out) == [("SpeechStarted", 0), ("SpeechSegment", 0), ("TurnConfirmed", 0)]
+    assert out[2].at_s - out[1].speech_end_s == pytest.approx(1.0, abs=0.07)  # turn.max_silence_ms
+
+
+def test_the_pause_judged_incomplete_keeps_the_turn_open_and_the_end_judged_complete_closes_it(paused):
+    vad = SileroVAD(turn=SMART)
+    vad.detector = detector = StandIn(False, True)
+    out = messages(vad, paused)
+    assert kinds(out) == [("SpeechStarted", 0), ("SpeechSegment", 0), ("TurnDiscarded", 0), ("SpeechSegment", 1),
+                          ("TurnConfirmed", 1)]
+    whole, confirmed = out[3], out[4]
+    assert confirmed.at_s - whole.speech_end_s == pytest.approx(0.2, abs=0.07)
+    assert detector.heard[1] > detector.heard[0] + 0.5  # the second judgement hears the whole turn
+
+
+def test_a_pause_judged_complete_cuts_the_turn_there(paused):
+    """What a wrong 'complete' costs: the rest of the sentence becomes a turn of its own."""
+    vad = SileroVAD(turn=SMART)
+    vad.detector = StandIn(True, True)
+    out = messages(vad, paused)
+    assert kinds(out) == [("SpeechStarted", 0), ("SpeechSegment", 0), ("TurnConfirmed", 0), ("SpeechStarted", 1),
+                          ("SpeechSegment", 1), ("TurnConfirmed", 1)]
+
+
+def test_turn_silence_is_todays_behaviour(paused):
+    """``turn=silence`` (the default) gives exactly the messages the VAD gave without the group."""
+    def summary(out):
+        return [(type(m).__name__, m.turn, getattr(m, "speech_end_s", None), getattr(m, "at_s", None)) for m in out]
+
+    today = summary(messages(SileroVAD(), paused))
+    assert summary(messages(SileroVAD(turn={"detector": "silence"}), paused)) == today
+    assert [kind for kind, *_ in today] == ["SpeechStarted", "SpeechSegment", "TurnDiscarded", "SpeechSegment",
+                                            "TurnConfirmed"]
+
+
+# ---------------------------------------------------------------- config
+def test_each_turn_option_composes_validates_and_reaches_the_vad(tmp_path):
+    from conftest import compose_config
+    from s2s.config import validate
+
+    for option, detector in (("silence", "silence"), ("smart_turn", "smart_turn")):
+        if option == "smart_turn" and importlib.util.find_spec("pipecat") is None:
+            continue
+        spec = next(s for s in validate(compose_config([f"turn={option}"], tmp_path)) if s.group == "vad")
+        assert spec.kwargs["turn"]["detector"] == detector
+    assert compose_config([], tmp_path).turn.detector == "silence"  # the default until measured otherwise
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("turn.threshold=1.0", "turn.threshold=1.0: invalid; expected a number from 0 to 1 (exclusive)"),
+    ("turn.max_silence_ms=20000", "turn.max_silence_ms=20000: invalid; expected a number from 300 to 10000"),
+    ("turn.detector=semantic", "turn.detector=semantic: invalid; expected one of silence, smart_turn"),
+    ("vad.speculative_silence_ms=null", "vad.speculative_silence_ms=None: invalid; expected a silence in ms"),
+])
+def test_bad_turn_settings_are_refused_before_loading(override, expected, tmp_path):
+    from conftest import compose_config
+    from s2s.config import validate
+    from s2s.config_errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors) as caught:
+        validate(compose_config(["turn=smart_turn", override], tmp_path))
+    assert any(str(error).startswith(expected) for error in caught.value.errors), caught.value
+
+
+def test_max_silence_must_outlast_the_judging_silence(tmp_path):
+    from conftest import compose_config
+    from s2s.config import validate
+    from s2s.config_errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors, match=r"turn.max_silence_ms=400: invalid; expected more than vad.spec"):
+        validate(compose_config(["turn=smart_turn", "turn.max_silence_ms=400", "vad.speculative_silence_ms=500",
+                                 "vad.min_silence_ms=600"], tmp_path))
+
+
+def test_without_pipecat_the_error_says_how_to_install_it(tmp_path, monkeypatch):
+    from conftest import compose_config
+    from s2s.config import validate
+    from s2s.config_errors import ConfigErrors
+    from s2s.stage import MissingExtraError
+
+    monkeypatch.setattr(turn, "MODEL_FILE", ("s2s_no_such_package", "model.onnx"))
+    with pytest.raises(ConfigErrors, match=r"turn.detector=smart_turn: .*pip install --no-deps pipecat-ai==1\.14\.0"):
+        validate(compose_config(["turn=smart_turn"], tmp_path))
+    with pytest.raises(MissingExtraError, match=r"scripts/setup.sh"):
+        SileroVAD(turn=SMART).setup()
+
+
+# ---------------------------------------------------------------- the real model
+@pipecat
+def test_log_mel_matches_pipecats_feature_code(question):
+    path = Path(importlib.util.find_spec("pipecat").submodule_search_locations[0]) / "audio" / "turn" / \
+        "smart_turn" / "_whisper_features.py"
+    spec = importlib.util.spec_from_file_location("pipecat_whisper_features", path)  # numpy only, no pipecat import
+    features = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(features)
+    for clip in (question, np.tile(question, 6)):  # shorter and longer than the 8 s window
+        window = clip[-128000:]
+        reference = features.compute_whisper_log_mel_features(np.pad(window, (128000 - len(window), 0)))
+        np.testing.assert_allclose(turn.log_mel(clip), reference, atol=1e-4)
+
+
+COMPLETE = ["What is the capital of France?", "Tell me a joke please.", "Thank you very much."]
+CUT = ["I would like to", "Could you tell me about the", "What I want to know is"]
+VOICES = [("en-us", 150), ("en-gb", 165), ("en-us+f3", 140), ("en-gb+m3", 155)]
+
+
+@pipecat
+def test_smart_turn_hears_complete_questions_from_cut_ones(tmp_path):
+    """Over 4 espeak voices, complete sentences score far above ones cut after a function word."""
+    import onnxruntime
+
+    from s2s.bench.speech import espeak, espeak_available
+
+    if not espeak_available():
+        pytest.skip("espeak-ng is not installed")
+    detector = turn.SmartTurn(onnxruntime, 1, 0.5)
+
+    def scores(texts):
+        found = []
+        for text in texts:
+            for voice, rate in VOICES:
+                speech = trimmed(espeak(text, voice, rate, tmp_path / "x.wav").samples)
+                found.append(detector.probability(np.concatenate([audio.silence(0.1, 16000), speech,
+                                                                  audio.silence(0.2, 16000)])))
+        return np.array(found)
+
+    complete, cut = scores(COMPLETE), scores(CUT)
+    assert complete.mean() - cut.mean() > 0.4, (complete, cut)  # measured: 0.90 against 0.16
+    assert (complete >= 0.5).sum() >= 10 and (cut < 0.5).sum() >= 9, (complete, cut)  # measured 12/12, 11/12
+
+
+# ---------------------------------------------------------------- python -m s2s.bench turns
+def test_the_turn_benchmark_counts_a_turn_let_go_in_the_pause_as_a_cut_off(paused):
+    from s2s.bench.turns import TurnClip, judge
+
+    loud = np.flatnonzero(np.abs(paused) > 0.02)
+    widest = int(np.argmax(np.diff(loud)))  # the 0.4 s pause between the pieces
+    clip = TurnClip("paused", paused, (loud[widest] / 16000, loud[widest + 1] / 16000))
+    for answers, cut, turns in (((True, True), True, 2), ((False, True), False, 1)):
+        vad = SileroVAD(turn=SMART)
+        vad.detector = StandIn(*answers)
+        vad.setup()
+        result = judge(vad, clip)
+        assert (result["cut"], result["turns"]) == (cut, turns)
+        assert result["endpoint_s"] == pytest.approx(0.2, abs=0.07)
