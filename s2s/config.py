@@ -283,6 +283,11 @@ def stage_rule_errors(cls: type, kwargs: dict[str, Any], context: ValidationCont
     return errors
 
 
+def override_errors(cls: type, kwargs: dict[str, Any], overrides: dict[str, Any], context: ValidationContext) -> list:
+    """What the stage's own rules say of its ``kwargs`` changed by ``overrides`` (a session's or a runtime change)."""
+    return check_kwargs(cls, merged := {**kwargs, **overrides}, context) or stage_rule_errors(cls, merged, context)
+
+
 def node_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
     """A config node's ``_target_`` and keyword arguments (resolved), with an error per missing or broken value."""
     errors: list[ConfigError] = []

@@ -192,6 +192,24 @@ def test_a_typed_turn_gets_a_spoken_reply_and_can_be_cancelled(server):
         assert not [e for e in after if e.type == "response.output_audio.delta" and e.response_id == second.response.id]
 
 
+def test_a_voice_and_speed_change_the_pooled_tts_in_place_and_the_reply_comes(server):
+    with connect(server) as connection:
+        events = Events(connection)
+        session_id = events.until("session.created", 30).session.id
+        connection.session.update(session={"type": "realtime", "audio": {"output": {"voice": "jm_kumo",
+                                                                                    "speed": 1.2}}})
+        assert events.until("session.updated", 30).session.audio.output.voice == "jm_kumo"
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Hello there."}]})
+        connection.response.create()
+        done = events.until("response.done", 120)
+        assert done.response.status == "completed" and len(reply_audio(events.all, done.response.id)) > 0.3 * 24000
+        [shown] = [s for s in server.get("/v1/sessions")[1]["sessions"] if s["id"] == session_id]
+        assert shown["tts"] == "pooled"  # no second KokoroOnnxTTS was built and set up for this session
+    assert f"session {session_id}: tts changed in place (voice=jm_kumo, speed=1.2)" in server.output
+    assert f"session {session_id}: building its own" not in server.output
+
+
 def test_barge_in_cancels_the_reply_and_the_new_turn_is_answered(server, speech):
     with connect(server) as connection:
         events = Events(connection)

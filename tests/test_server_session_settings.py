@@ -1,12 +1,17 @@
 """A session's settings: an update is checked whole and applies all or nothing; the view shows what is in effect."""
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from conftest import compose_config
-from s2s.config import validate
+from s2s.config import StageSpec, validate
+from s2s.config_errors import ConfigErrors
+from s2s.server.pipelines import Pool
 from s2s.server.protocol import ProtocolError, SessionUpdate, TurnDetection
 from s2s.server.session_settings import SessionSettings, StageRules
+from s2s.tts.base import TTSStage, machine_context
 
 VAD = {"threshold": 0.5, "min_silence_ms": 700, "speech_pad_ms": 100, "onnx": True}
 
@@ -123,6 +128,47 @@ def test_each_tts_declares_voice_and_speed_keys_of_its_own_constructor():
         assert issubclass(cls, base.TTSStage)
         parameters = inspect.signature(cls.__init__).parameters
         assert all(key is None or key in parameters for key in (cls.voice_key, cls.speed_key)), cls
+        assert cls.runtime_keys <= set(parameters), cls  # what changes in place is a constructor keyword
+    runtime = {cls.__name__: cls.runtime_keys for cls in classes}
+    assert {"speaker", "speed"} <= runtime["PiperTTS"] and runtime["KokoroOnnxTTS"] == {"voice", "speed"}
+    assert runtime["KokoroTTS"] == {"voice", "speed"} and runtime["MmsTTS"] == {"speaking_rate"}
+    assert not runtime["PocketTTS"] and not runtime["Qwen3TTS"] and not runtime["ChatTTSTTS"]  # rebuilt
+
+
+class Voices(TTSStage):
+    """A TTS whose voice changes in place: counts its setups (a reload) and what it was set to."""
+
+    runtime_keys = frozenset({"voice"})
+    voice_key = "voice"
+
+    def __init__(self, voice: Literal["a", "b"] = "a", model: str = "m") -> None:
+        self.voice, self.model, self.setups, self.changed = voice, model, 0, []
+
+    def setup(self) -> None:
+        self.setups += 1
+
+    def settings_changed(self, keys):
+        self.changed.append(self.voice)
+
+
+def test_a_voice_changed_in_place_is_judged_by_the_config_rules_and_set_back_on_release():
+    from s2s.llm.echo import EchoLM
+
+    spec = lambda group, cls: StageSpec(group, f"tests.{cls.__name__}", cls, {})  # noqa: E731
+    pool = Pool([spec("source", Voices), spec("vad", Voices), spec("llm", EchoLM), spec("tts", Voices),
+                 spec("sink", Voices)], size=1)
+    pool.setup(warm_up=False)
+    pipeline = pool.acquire()
+    tts = dict(pipeline.stages)["tts"]
+    assert pipeline.change_in_place("tts", {"voice": "b"}, machine_context())
+    assert (tts.voice, tts.setups, tts.changed) == ("b", 1, ["b"])
+    with pytest.raises(ConfigErrors, match="tts.voice=c: invalid"):
+        tts.apply_settings({"voice": "c"})
+    assert not pipeline.change_in_place("tts", {"model": "n"}, machine_context()) and tts.model == "m"
+    pool.give_back(pipeline)
+    assert (tts.voice, tts.setups, tts.changed) == ("a", 1, ["b", "a"])  # the next session hears the config's
+    pool.give_back(pool.acquire())
+    assert tts.changed == ["b", "a"]  # nothing to set back
 
 
 def test_piper_maps_the_voice_onto_its_speaker_and_keeps_it_for_openai_voice_names(tmp_path):

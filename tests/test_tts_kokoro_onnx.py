@@ -35,3 +35,26 @@ def test_reply_chunks_start_with_sound_and_end_after_a_short_pause(kokoro):
 def test_clauses_are_synthesized_on_their_own(kokoro):
     text = "Well, the capital of France, as everyone knows, is Paris."
     assert len(list(kokoro.synthesize(text, None))) >= 2
+
+
+def test_voice_and_speed_change_in_place_as_a_stage_built_with_them_and_nothing_reloads(kokoro, monkeypatch):
+    import onnxruntime
+
+    from spies import spy
+
+    built = KokoroOnnxTTS(voice="jm_kumo", speed=1.3, cache_dir=kokoro.cache_dir)
+    built.setup()
+    expected = np.concatenate(list(built.synthesize("Good morning.", None)))
+    built.close()
+    loads = spy(monkeypatch, onnxruntime.InferenceSession, "__init__")
+    configured = kokoro.settings()
+    try:
+        assert kokoro.apply_settings({"voice": "jm_kumo", "speed": 1.3}) is True
+        assert np.array_equal(np.concatenate(list(kokoro.synthesize("Good morning.", None))), expected)
+        assert loads == []
+        with pytest.raises(ValueError, match="tts.voice=af_heart"):
+            kokoro.apply_settings({"voice": "af_heart"})
+        assert kokoro.voice == "jm_kumo"
+    finally:
+        kokoro.apply_settings(configured)
+    assert (kokoro.voice, kokoro.speed) == ("jf_alpha", 1.0)

@@ -93,10 +93,14 @@ def test_speaking_rate_and_noise_scale_reach_the_model(voices, transformers):
         stage = make_stage(voices, speaking_rate=rate, noise_scale=0.0)
         stage.setup()
         model = stage._loaded[str(voices["en"])][0]
-        assert (model.config.speaking_rate, model.config.noise_scale) == (rate, 0.0)
+        assert (model.speaking_rate, model.config.noise_scale) == (rate, 0.0)  # what its forward reads
         torch.manual_seed(0)  # same duration noise for both rates
         lengths[rate] = sum(len(m.samples) for m in stage.process(ReplyText("a rather long sentence here.", 0)))
     assert lengths[2.0] < 0.75 * lengths[1.0]
+    assert stage.apply_settings({"speaking_rate": None}) and model.speaking_rate == model.config.speaking_rate
+    assert stage.apply_settings({"speaking_rate": 1.0}) and model.speaking_rate == 1.0  # in place: no reload
+    torch.manual_seed(0)
+    assert sum(len(m.samples) for m in stage.process(ReplyText("a rather long sentence here.", 0))) == lengths[1.0]
 
 
 def test_closing_after_the_first_block_stops_synthesis(voices, transformers, monkeypatch):

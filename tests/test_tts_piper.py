@@ -275,3 +275,24 @@ def test_joe_first_audio_comes_before_the_whole_reply(joe):
             if name == "20 words":
                 assert first < 0.8 * whole  # the first clause came out on its own
         stage.close()
+
+
+@needs_espeak
+def test_speaker_and_speed_change_in_place_as_a_stage_built_with_them_and_nothing_reloads(voices, onnxruntime,
+                                                                                            monkeypatch):
+    quiet = {"noise_scale": 0.0, "noise_w": 0.0}
+    built = make_stage(voices["multi"], speaker="bob", speed=1.5, **quiet)
+    expected = np.concatenate(list(built.synthesize("Hello there.", None)))
+    stage = make_stage(voices["multi"], **quiet)
+    loads = spy(monkeypatch, onnxruntime.InferenceSession, "__init__")
+    assert stage.apply_settings({"speaker": "bob", "speed": 1.5}) is True
+    assert np.array_equal(np.concatenate(list(stage.synthesize("Hello there.", None))), expected)
+    assert loads == [] and stage.settings()["speaker"] == "bob"
+    with pytest.raises(ConfigErrors, match="tts.speaker=dave: invalid; expected a speaker of this voice"):
+        stage.apply_settings({"speaker": "dave"})  # the config's own rule; nothing changed
+    with pytest.raises(ConfigErrors, match="tts.speed=9"):
+        stage.apply_settings({"speed": 9.0})
+    assert (stage.speaker, stage.speed) == ("bob", 1.5)
+    assert stage.apply_settings({"model": str(voices["single"])}) is False and stage.model == str(voices["multi"])
+    make_stage(voices["single"])
+    assert len(loads) == 1  # the spy sees a load: a new stage loads its model, a change in place does not

@@ -2,10 +2,10 @@
 
 A session's graph is ``socket source -> its own VAD -> <the pooled stages> -> socket sink``. The pooled stages
 (STT, LLM, TTS, ...) are set up at start, and a session returns its pipeline reset (history cleared,
-instructions restored). Each pipeline has its own stage objects (history, tokenizer, voice); the weights are
-loaded once per process where the backend allows it (``s2s.sharing``: faster-whisper, transformers, Kokoro
-ONNX), so ``max_sessions`` pipelines cost little more memory than one. Other backends load one copy per
-pipeline.
+instructions restored, a TTS voice or speed changed in place set back). Each pipeline has its own stage objects
+(history, tokenizer, voice); the weights are loaded once per process where the backend allows it
+(``s2s.sharing``: faster-whisper, transformers, Kokoro ONNX), so ``max_sessions`` pipelines cost little more
+memory than one. Other backends load one copy per pipeline.
 """
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from s2s.config import StageSpec, check_kwargs, stage_rule_errors, validation_context
-from s2s.config_errors import ConfigError
+from s2s.config import StageSpec, validation_context
+from s2s.config import override_errors as stage_override_errors
+from s2s.config_errors import ConfigError, ValidationContext
 from s2s.graph import set_up
 from s2s.llm.base import LLMStage
 from s2s.messages import AudioChunk, ReplyAudio, Transcript
 from s2s.stage import Stage
+from s2s.tts.base import TTSStage
 
 log = logging.getLogger("s2s.server")
 
@@ -42,9 +44,7 @@ def check_shape(specs: list[StageSpec]) -> list[ConfigError]:
 
 def override_errors(cfg: Any, spec: StageSpec, overrides: dict[str, Any]) -> list[ConfigError]:
     """What the stage's own validation says about ``spec`` with ``overrides`` (the client's session.update)."""
-    kwargs = {**spec.kwargs, **overrides}
-    context = validation_context(cfg, spec.group)
-    return check_kwargs(spec.cls, kwargs, context) or stage_rule_errors(spec.cls, kwargs, context)
+    return stage_override_errors(spec.cls, spec.kwargs, overrides, validation_context(cfg, spec.group))
 
 
 @dataclass
@@ -59,13 +59,24 @@ class Pipeline:
     def llm(self) -> Stage:
         return dict(self.stages)["llm"]
 
+    def change_in_place(self, group: str, changes: dict[str, Any], context: ValidationContext) -> bool:
+        """Apply a session's TTS ``changes`` to the pooled stage, model kept (False: it cannot; nothing changed).
+
+        :meth:`release` restores the configured values.
+        """
+        stage = dict(self.stages).get(group)
+        return isinstance(stage, TTSStage) and stage.apply_settings(changes, context)
+
     def release(self) -> None:
-        """Forget the session: history, buffers, instructions."""
+        """Forget the session: history, buffers, instructions, TTS settings changed in place."""
         llm = self.llm
         if isinstance(llm, LLMStage):
             llm.system_prompt = self.defaults.get("system_prompt")
+        configured = self.defaults.get("tts_settings", {})
         for name, stage in self.stages:
             try:
+                if name in configured and stage.settings() != configured[name]:  # type: ignore[attr-defined]
+                    stage.apply_settings(configured[name])  # type: ignore[attr-defined]
                 stage.reset()
             except Exception as error:  # a reset failing must not keep the pipeline from the pool
                 log.warning("resetting %s failed: %s: %s", name, type(error).__name__, error)
@@ -91,7 +102,9 @@ class Pool:
                 timings[f"{index}.{spec.group}"] = set_up(spec.group, stage, warm_up)
                 stages.append((spec.group, stage))
             llm = dict(stages)["llm"]
-            defaults = {"system_prompt": llm.system_prompt} if isinstance(llm, LLMStage) else {}
+            defaults: dict[str, Any] = {"system_prompt": llm.system_prompt} if isinstance(llm, LLMStage) else {}
+            defaults["tts_settings"] = {name: stage.settings() for name, stage in stages
+                                        if isinstance(stage, TTSStage) and stage.runtime_keys}
             pipeline = Pipeline(index, stages, defaults)
             self.pipelines.append(pipeline)
             self._free.append(pipeline)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from s2s import audio
-from s2s.config import StageSpec
+from s2s.config import StageSpec, validation_context
 from s2s.graph import Graph
 from s2s.llm.base import KEEP, LLMStage
 from s2s.messages import SpeechSegment, Transcript
@@ -319,7 +319,13 @@ class Session:
 
     def _start_graph(self) -> None:
         stages = list(self.pipeline.stages)
-        if overrides := self.rules.tts_overrides(self.settings.voice, self.settings.speed):
+        overrides = self.rules.tts_overrides(self.settings.voice, self.settings.speed)
+        if overrides and self.pipeline.change_in_place(self.tts_spec.group, overrides,
+                                                       validation_context(self.cfg, self.tts_spec.group)):
+            log.info("session %s: %s changed in place (%s)", self.id, self.tts_spec.group,
+                     ", ".join(f"{key}={value}" for key, value in overrides.items()))
+        elif overrides:  # a backend that cannot change them at runtime: a TTS of the session's own
+            log.info("session %s: building its own %s for %s", self.id, self.tts_spec.group, overrides)
             self._own_tts = self.tts_spec.cls(**{**self.tts_spec.kwargs, **overrides})
             self._own_tts.setup()
             stages = [(name, self._own_tts if name == self.tts_spec.group else stage) for name, stage in stages]
@@ -370,7 +376,8 @@ class Session:
         turns = [turn.record() for turn in sorted(self.recorder.turns.values(), key=lambda t: t.turn)
                  if turn.user or turn.assistant]
         return {"id": self.id, "status": self.status, "started_at": round(self.started_at, 3),
-                "pipeline": self.pipeline.index, "responses_completed": self.responses_completed,
+                "pipeline": self.pipeline.index, "tts": "own" if self._own_tts is not None else "pooled",
+                "responses_completed": self.responses_completed,
                 "responses_cancelled": self.responses_cancelled, "summary": self.recorder.summary(),
                 "turns": turns, "metrics_path": str(self.recorder.metrics_path),
                 "history": self.pipeline.llm.history(HISTORY_SHOWN) if isinstance(self.pipeline.llm, LLMStage)

@@ -1,12 +1,23 @@
 """Shared behaviour of TTS stages: one streaming hook, output converted to the pipeline format once."""
 from __future__ import annotations
 
-from collections.abc import Iterator
+import inspect
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from s2s import audio
+from s2s.config_errors import ConfigErrors, ValidationContext
 from s2s.messages import Data, Message, ReplyAudio, ReplyText
+from s2s.platform import detect, runtimes_unavailable
 from s2s.stage import Stage
+
+
+def machine_context(group: str = "tts") -> ValidationContext:
+    """What validation knows when a running stage is judged: the machine it runs on."""
+    machine = detect()
+    accelerator = "cuda" if machine.cuda else "mps" if machine.mps else "cpu"
+    return ValidationContext(group=group, platform=machine.platform, os=machine.os, accelerator=accelerator,
+                             unavailable=runtimes_unavailable(machine.os))
 
 
 class TTSStage(Stage):
@@ -23,6 +34,9 @@ class TTSStage(Stage):
     ``voice_key`` and ``speed_key`` name the constructor keywords that choose a named voice and the speaking
     rate (1.0 = normal), or None where the backend has none: the realtime server maps a client's
     ``audio.output.voice`` and ``audio.output.speed`` onto them, and on nothing else.
+
+    ``runtime_keys`` are the constructor keywords a set-up stage can change in place, model kept
+    (:meth:`apply_settings`); a change of any other key needs a new stage.
     """
 
     accepts = (ReplyText,)
@@ -32,10 +46,50 @@ class TTSStage(Stage):
     max_pause_s: float = 0.25
     voice_key: ClassVar[str | None] = None
     speed_key: ClassVar[str | None] = None
+    runtime_keys: ClassVar[frozenset[str]] = frozenset()
 
     def synthesize(self, text: str, language: str | None) -> Iterator[Any]:
         raise NotImplementedError
         yield  # pragma: no cover
+
+    def settings(self) -> dict[str, Any]:
+        """The current values of ``runtime_keys`` (what :meth:`apply_settings` takes to restore them)."""
+        return {key: getattr(self, key) for key in self.runtime_keys}
+
+    def apply_settings(self, changes: Mapping[str, Any], context: ValidationContext | None = None) -> bool:
+        """Change constructor keywords of the set-up stage in place, without reloading its model.
+
+        The new values are judged first by the rules a config is judged by (:func:`s2s.config.override_errors`:
+        the constructor's annotations and ``validate_config``), as the server judges a ``session.update``.
+
+        Args:
+            changes: key -> new value.
+            context: the group and platform to judge them for (None: ``tts`` on this machine).
+
+        Returns:
+            False, having changed nothing, when a key is not one of ``runtime_keys`` (build a new stage).
+
+        Raises:
+            ConfigErrors: a value those rules refuse (nothing is changed).
+        """
+        if not set(changes) <= self.runtime_keys:
+            return False
+        from s2s.config import override_errors  # deferred: s2s.config is a room above the stages
+
+        if errors := override_errors(type(self), self.constructed(), dict(changes), context or machine_context()):
+            raise ConfigErrors(errors)
+        for key, value in changes.items():
+            setattr(self, key, value)
+        self.settings_changed(set(changes))
+        return True
+
+    def constructed(self) -> dict[str, Any]:
+        """The constructor keywords this stage holds as attributes of the same name."""
+        names = inspect.signature(type(self)).parameters
+        return {name: getattr(self, name) for name in names if hasattr(self, name)}
+
+    def settings_changed(self, keys: set[str]) -> None:
+        """Bring what the stage derived from ``keys`` at setup up to date (their attributes are already set)."""
 
     def warm_up(self) -> None:
         for _ in self.synthesize("Hello there.", None):

@@ -73,6 +73,7 @@ class KokoroTTS(TTSStage):
 
     voice_key = "voice"
     speed_key = "speed"
+    runtime_keys = frozenset({"voice", "speed"})  # both are read per call; the pipeline loads a voice once
 
     sample_rate = 24000
     requires = ByBackend({"torch": None, "mlx": Runtime("mlx")})

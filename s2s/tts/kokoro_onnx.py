@@ -50,6 +50,7 @@ class KokoroOnnxTTS(TTSStage):
 
     voice_key = "voice"
     speed_key = "speed"
+    runtime_keys = frozenset({"voice", "speed"})  # speed is read per call; a voice is a style array
 
     sample_rate = 24000
 
@@ -71,9 +72,13 @@ class KokoroOnnxTTS(TTSStage):
             cache_root(self.cache_dir) / "kokoro" / MODEL_NAME, join_parts, "Kokoro-82M int8 ONNX (packaged parts)")
         self._session = cpu_session(onnxruntime, path, self.threads)
         self._vocab = json.loads(_data("vocab.json").read_text(encoding="utf-8"))["vocab"]
-        with _data("voices_ja.npz").open("rb") as file:
-            self._style = np.load(file)[self.voice]
+        self.settings_changed({"voice"})
         self._g2p = english_g2p(self.british)
+
+    def settings_changed(self, keys: set[str]) -> None:
+        if "voice" in keys:
+            with _data("voices_ja.npz").open("rb") as file:
+                self._style = np.load(file)[self.voice]
 
     def _token_chunks(self, phonemes: str) -> Iterator[list[int]]:
         """Token ids in pieces the model accepts: split at clauses (so the first audio comes sooner) and words."""

@@ -65,6 +65,7 @@ class MmsTTS(TTSStage):
     """
 
     speed_key = "speaking_rate"
+    runtime_keys = frozenset({"speaking_rate"})  # an attribute each loaded VitsModel reads per call
 
     def __init__(self, language: str = "en", model: str | None = None, models: dict[str, str] | None = None,
                  device: str = "auto", speaking_rate: Annotated[float, Range(0.25, 4)] | None = None,
@@ -76,6 +77,7 @@ class MmsTTS(TTSStage):
         self.speaking_rate = speaking_rate
         self.noise_scale = noise_scale
         self._loaded: dict[str, tuple[Any, Any]] = {}  # model name -> (VitsModel, tokenizer)
+        self._checkpoint_rates: dict[str, float] = {}  # model name -> its config's speaking_rate
         self._unavailable: dict[str, str] = {}  # language -> why it falls back (warned once)
 
     @classmethod
@@ -115,11 +117,20 @@ class MmsTTS(TTSStage):
             transformers = require("transformers", backend="tts=mms", extra="mms")
             path = loadable(name)
             log.info("MMS-TTS: loading %s", path)
-            overrides = {key: value for key, value in (("speaking_rate", self.speaking_rate),
-                                                       ("noise_scale", self.noise_scale)) if value is not None}
+            overrides = {} if self.noise_scale is None else {"noise_scale": self.noise_scale}
             model = transformers.VitsModel.from_pretrained(path, **overrides).to(self.device).eval()
+            self._checkpoint_rates[name] = model.speaking_rate
             self._loaded[name] = (model, transformers.AutoTokenizer.from_pretrained(path))
+            self._set_rate(name)
         return self._loaded[name]
+
+    def _set_rate(self, name: str) -> None:
+        rate = self._checkpoint_rates[name] if self.speaking_rate is None else self.speaking_rate
+        self._loaded[name][0].speaking_rate = rate
+
+    def settings_changed(self, keys: set[str]) -> None:
+        for name in self._loaded:
+            self._set_rate(name)
 
     def setup(self) -> None:
         self.device = torch_support.usable_device(self.device)
@@ -159,6 +170,7 @@ class MmsTTS(TTSStage):
 
     def close(self) -> None:
         self._loaded.clear()
+        self._checkpoint_rates.clear()
 
     def describe(self) -> dict[str, Any]:
         details: dict[str, Any] = {"language": self.language, "model": self.model_for(self.language)}

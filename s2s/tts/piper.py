@@ -147,6 +147,7 @@ class PiperTTS(TTSStage):
 
     voice_key = "speaker"
     speed_key = "speed"
+    runtime_keys = frozenset({"speaker", "speed", "noise_scale", "noise_w", "sentence_silence_s"})
 
     sample_rate = 22050
 
@@ -200,16 +201,20 @@ class PiperTTS(TTSStage):
                 raise RuntimeError(f"tts=piper needs {missing_espeak(detect().os)}")
             self._espeak = [program, "-q", "-b", "1", "--ipa", "-v", str(config["espeak"]["voice"])]
         self.sample_rate = int(config["audio"]["sample_rate"])
-        inference = config.get("inference") or {}
+        self._ids = {symbol: list(ids) for symbol, ids in config["phoneme_id_map"].items()}
+        self._clusters = {tuple(cluster) for cluster in config.get("vowel_clusters") or []}
+        self._session = cpu_session(onnxruntime, path, self.threads)
+        self._config, self._takes_sid = config, "sid" in {node.name for node in self._session.get_inputs()}
+        self.settings_changed(set(self.runtime_keys))
+
+    def settings_changed(self, keys: set[str]) -> None:
+        """The model's ``scales`` and ``sid`` inputs from the speed, noise and speaker (no reload)."""
+        inference = self._config.get("inference") or {}
         self._scales = np.array([
             inference.get("noise_scale", 0.667) if self.noise_scale is None else self.noise_scale,
             inference.get("length_scale", 1.0) / self.speed,
             inference.get("noise_w", 0.8) if self.noise_w is None else self.noise_w], dtype=np.float32)
-        self._ids = {symbol: list(ids) for symbol, ids in config["phoneme_id_map"].items()}
-        self._clusters = {tuple(cluster) for cluster in config.get("vowel_clusters") or []}
-        self._session = cpu_session(onnxruntime, path, self.threads)
-        takes_sid = "sid" in {node.name for node in self._session.get_inputs()}
-        self._sid = np.array([speaker_id(config, self.speaker)], dtype=np.int64) if takes_sid else None
+        self._sid = np.array([speaker_id(self._config, self.speaker)], dtype=np.int64) if self._takes_sid else None
 
     def _ipa(self, lines: list[str]) -> list[list[str]]:
         """espeak-ng's IPA lines for each line of text: one process; an empty line after each marks its end."""
