@@ -155,34 +155,22 @@ def test_the_outbox_keeps_the_order_of_puts_from_any_thread_and_outlives_its_loo
     outbox.put(Send({"n": 4}))  # the loop is closed: nothing to tell, and no error
 
 
-def test_the_observer_holds_a_speculative_turn_until_it_is_confirmed(tmp_path):
-    from s2s import metrics
-
+def test_the_observer_holds_a_speculative_turn_until_it_is_confirmed():
     put = []
 
     class Box:
         def put(self, message):
             put.append(message)
 
-    from s2s.turns import TurnGate
-
-    observer = GraphObserver(metrics.Recorder(tmp_path), Box(), "vad", "sink")
-    gate = TurnGate(lambda message: None)
-    observer.watch(gate)  # as the graph does: the gate says when a held turn stands or falls
-
-    def emitted(stage, message):  # the graph's order: the observer first, then the gate
-        observer.on_output(stage, message, 0.0)
-        if stage == "vad":
-            gate.observe(message)
-
+    observer = GraphObserver(Recorder(), Box(), "vad", "sink")
     segment = SpeechSegment(np.zeros(160, np.float32), 16000, 0, 0.0, 0.5, speculative=True)
-    emitted("vad", segment)
-    emitted("stt", Transcript("Hello", 0))
+    observer.on_output("vad", segment, 0.0)
+    observer.on_output("stt", Transcript("Hello", 0), 0.0)
     assert put == []
-    emitted("vad", TurnConfirmed(0, 0.7))
+    observer.on_output("vad", TurnConfirmed(0, 0.7), 0.0)
     assert put == [UserStopped(0, 0.5), UserHeard(0, "Hello")]
     again = SpeechSegment(np.zeros(160, np.float32), 16000, 1, 1.0, 1.5, speculative=True)
-    emitted("vad", again)
-    emitted("stt", Transcript("Hel", 1))
-    emitted("vad", TurnDiscarded(1))
+    observer.on_output("vad", again, 0.0)
+    observer.on_output("stt", Transcript("Hel", 1), 0.0)
+    observer.on_output("vad", TurnDiscarded(1), 0.0)
     assert put == [UserStopped(0, 0.5), UserHeard(0, "Hello")]  # the discarded attempt never reaches the client

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from s2s.graph import RunResult
-from s2s.messages import Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted, Transcript, TurnEnd
+from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted,
+                          Transcript, TurnConfirmed, TurnDiscarded, TurnEnd)
 from s2s.metrics import Recorder
-from s2s.turns import CONFIRMED, DISCARDED, TurnEvent, TurnGate
 from s2s.server.protocol import ItemRequest
 
 
@@ -175,8 +175,8 @@ class Outbox:
 class GraphObserver:
     """The session's view of its graph: every figure goes to the Recorder, what the client hears of to the outbox.
 
-    A speculative turn's messages wait until the graph's turn gate confirms the turn, and are dropped if it
-    discards it (:meth:`watch`): the client never hears of an attempt that did not stand.
+    A speculative turn's messages wait until the VAD confirms the turn, and are dropped if it discards it: the
+    client never hears of an attempt that did not stand.
 
     Each piece of reply text is numbered in its turn as the LLM hands it on, and each block of audio the TTS
     makes carries the number of the piece it was speaking (:meth:`chunk_of`), so a client's truncation at an
@@ -214,24 +214,6 @@ class GraphObserver:
                 return
         self.outbox.put(message)
 
-    def watch(self, gate: TurnGate) -> None:
-        """Follow the graph's turn gate: it says when a held turn stands or falls (the graph calls this once).
-
-        The held list itself opens in :meth:`on_output`, from the speculative segment: the graph reports a
-        message to its observer before the gate sees it, and that segment's own event must already wait.
-        """
-        self.recorder.watch(gate)
-        gate.listen(self._on_turn)
-
-    def _on_turn(self, event: TurnEvent) -> None:
-        if event.kind not in (CONFIRMED, DISCARDED):
-            return
-        with self._lock:
-            held = self._pending.pop(event.turn, [])
-        if event.kind == CONFIRMED:
-            for item in held:
-                self.outbox.put(item)
-
     def on_input(self, stage: str, message: Data, now: float) -> None:
         self.recorder.on_input(stage, message, now)
         if stage == self.tts_stage and isinstance(message, ReplyText):
@@ -253,6 +235,12 @@ class GraphObserver:
                 with self._lock:
                     self._pending.setdefault(message.turn, [])
             self._put(message.turn, UserStopped(message.turn, message.end_s))
+        elif isinstance(message, (TurnConfirmed, TurnDiscarded)) and stage == self.vad_stage:
+            with self._lock:
+                held = self._pending.pop(message.turn, [])
+            if isinstance(message, TurnConfirmed):
+                for item in held:
+                    self.outbox.put(item)
         elif isinstance(message, Transcript):
             self._put(message.turn, UserHeard(message.turn, message.text))
         elif isinstance(message, ReplyText):
