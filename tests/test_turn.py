@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from s2s import audio
-from s2s.messages import AudioChunk, SpeechSegment, TurnConfirmed, TurnDiscarded
+from s2s.messages import AudioChunk
 from s2s.vad import turn
 from s2s.vad.silero import SileroVAD
 

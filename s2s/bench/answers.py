@@ -20,16 +20,6 @@ from s2s.bench.questions import QUESTIONS, hit
 FIRST_WORDS = 5
 
 
-def compose(overrides: list[str], output_dir: Path) -> Any:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from s2s.cli import CONF_DIR, prepare_argv
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("config", overrides=prepare_argv([*overrides, f"output_dir={output_dir}"]))
-
-
 class StreamClock:
     """Wraps the stage's ``stream`` to time its raw text: when the first ``FIRST_WORDS`` words have streamed."""
 
@@ -79,15 +69,15 @@ def _seconds(value: float | None) -> str:
 
 
 def bench_answers(overrides: list[str], questions: list[tuple[str, tuple[str, ...]]] = QUESTIONS) -> int:
-    from s2s.config import validate
+    from s2s.bench.compose import composed, stage_spec
     from s2s.config_errors import ConfigErrors
     from s2s.platform import peak_memory_mb
     from s2s.resolvers import fresh_dir
 
     output_dir = Path(fresh_dir(time.strftime("outputs/%Y-%m-%d/%H-%M-%S-answers")))
-    cfg = compose(overrides, output_dir)
+    cfg = composed(overrides, output_dir)
     try:
-        spec = next(spec for spec in validate(cfg) if spec.group == "llm")
+        spec = stage_spec(cfg, "llm")
     except ConfigErrors as errors:
         for error in errors.errors:
             print(f"config error: {error}", file=sys.stderr)

@@ -58,16 +58,11 @@ def write_input(clip: Clip, path: Path) -> None:
 
 def run_pipeline(stream: Path, output_dir: Path, overrides: list[str], trailing_s: float) -> dict[str, Any]:
     """The composed config (platform detected, command-line overrides applied) over ``stream``, realtime."""
-    from hydra import compose, initialize_config_dir
-
     from s2s import app
-    from s2s.cli import CONF_DIR, prepare_argv
+    from s2s.bench.compose import composed
 
-    overrides = prepare_argv([*overrides, f"source.path={stream}", "source.realtime=true",
-                              f"source.trailing_silence_ms={int(trailing_s * 1000)}",
-                              f"output_dir={output_dir}"])
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=overrides)
+    cfg = composed([*overrides, f"source.path={stream}", "source.realtime=true",
+                    f"source.trailing_silence_ms={int(trailing_s * 1000)}"], output_dir)
     code = app.main(cfg)
     if code:
         raise SystemExit(code)

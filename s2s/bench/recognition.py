@@ -42,18 +42,9 @@ def recognition_set(folder: Path) -> list[Clip]:
 
 def build_stt(overrides: list[str], folder: Path) -> Any:
     """The STT stage exactly as the composed config (platform detected, overrides applied) builds it."""
-    from hydra import compose, initialize_config_dir
+    from s2s.bench.compose import set_up
 
-    from s2s.cli import CONF_DIR, prepare_argv
-    from s2s.config import validate
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=prepare_argv([*overrides, f"output_dir={folder}"]))
-    [spec] = [spec for spec in validate(cfg) if spec.group == "stt"]
-    stage = spec.build()
-    stage.setup()
-    stage.warm_up()
-    return stage
+    return set_up(overrides, "stt", folder)
 
 
 def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:

@@ -67,18 +67,9 @@ def build_set(folder: Path) -> list[TurnClip]:
 
 def build_vad(overrides: list[str]) -> Any:
     """The composed config's VAD stage (validated first, as a run would), set up."""
-    from hydra import compose, initialize_config_dir
+    from s2s.bench.compose import set_up
 
-    from s2s.cli import CONF_DIR, prepare_argv
-    from s2s.config import validate
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=prepare_argv([*overrides, "output_dir=/tmp/s2s-bench-turns"]))
-    [spec] = [spec for spec in validate(cfg) if spec.group == "vad"]
-    vad = spec.build()
-    vad.setup()
-    vad.warm_up()
-    return vad
+    return set_up(overrides, "vad", "/tmp/s2s-bench-turns")
 
 
 def judge(vad: Any, clip: TurnClip) -> dict[str, Any]:
