@@ -78,6 +78,18 @@ def model_folder_error(model: str | None, context: ValidationContext, example: s
     return None
 
 
+def package_file(package: str, *parts: str) -> Path | None:
+    """Where an installed package keeps a file it ships (``package``'s folder joined with ``parts``), found
+    without importing the package (several run heavy or missing imports in their ``__init__``); None when the
+    package is not installed. Whether the file is there is the caller's check."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(spec.submodule_search_locations[0]).joinpath(*parts)
+
+
 # ---------------------------------------------------------------------------------------------- caches
 def cache_root(cache_dir: str | None) -> Path:
     """The configured cache folder, else the user's (``$S2S_CACHE_DIR`` or the OS's per-user cache)."""

@@ -6,7 +6,6 @@ quotes among its media assets; the test install brings it) and skipped otherwise
 """
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from s2s import audio
+from s2s.models import package_file
 
 RATE = 16000
 # (package, file inside it, what is said): real human speech, each checked by ear and against Whisper
@@ -48,10 +48,7 @@ def recordings() -> list[Clip]:
     """The real recordings of :data:`RECORDINGS` whose package is installed (found without importing it)."""
     clips = []
     for package, name, text in RECORDINGS:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        path = Path(spec.submodule_search_locations[0]) / name
-        if path.is_file():
+        path = package_file(package, name)
+        if path is not None and path.is_file():
             clips.append(Clip(f"{Path(name).name} ({package})", audio.read_audio(path, RATE), text))
     return clips

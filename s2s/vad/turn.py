@@ -10,7 +10,6 @@ binds to that kind's settings class here, so nothing but the VAD's own ``_target
 """
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +17,7 @@ from typing import Annotated, Any
 import numpy as np
 
 from s2s.config_errors import ConfigError, Range, ValidationContext
+from s2s.models import package_file
 from s2s.stage import MissingExtraError
 
 RATE = 16000
@@ -53,9 +53,7 @@ DETECTORS: dict[str, type] = {"silence": Silence, "smart_turn": SmartTurnSetting
 
 def model_path() -> Path:
     """Smart Turn v3.2's CPU ONNX inside the installed ``pipecat-ai`` wheel, found without importing pipecat."""
-    spec = importlib.util.find_spec(MODEL_FILE[0])
-    path = Path(spec.submodule_search_locations[0]).joinpath(*MODEL_FILE[1:]) \
-        if spec is not None and spec.submodule_search_locations else None
+    path = package_file(*MODEL_FILE)
     if path is None or not path.is_file():
         raise MissingExtraError(BACKEND, "pipecat", None, install=INSTALL)
     return path
