@@ -351,9 +351,9 @@ class Graph:
         if isinstance(message, Metric):
             self.observer.on_metric(name, message)
             return
-        self.observer.on_output(name, message, time.perf_counter())
         if not forwarded:  # e.g. a TurnConfirmed passed on after the reply must not make the mic deaf again
-            self.turns.observe(message)
+            self.turns.observe(message)  # first: observers see a message in the light of what it did to its turn
+        self.observer.on_output(name, message, time.perf_counter())
         if isinstance(message, TurnEnd) and index == self._sink:
             self.turns.played(message.turn)
         if index + 1 == self._sink:  # the gate lets it through to the sink, or holds it

@@ -7,7 +7,9 @@ In half duplex, a live microphone is ignored (``deaf``) from the end of the user
 
 The gate is pure: it sees messages, hands what may reach the sink to ``deliver`` and tells its listeners
 (e.g. the metrics Recorder) what happened to a turn. It never sees a stage, a queue or a thread, and is
-thread-safe: listeners are called outside its lock, so they may ask it questions.
+thread-safe: listeners are called outside its lock, so they may ask it questions. An *early* listener (e.g. the
+realtime server's observer, whose held protocol events must go out before the turn's held audio) is told
+under the lock, at the moment it happens: before a confirmed turn's held messages are delivered.
 """
 from __future__ import annotations
 
@@ -56,12 +58,17 @@ class TurnGate:
         self._cancel_below = -1  # data for turns below this is stale; only ever grows
         self._deaf_turn: int | None = None
         self._listeners: list[Callable[[TurnEvent], None]] = []
+        self._early: list[Callable[[TurnEvent], None]] = []
 
     # ------------------------------------------------------------------ what the graph tells it
-    def listen(self, listener: Callable[[TurnEvent], None]) -> None:
-        """Call ``listener`` with every :class:`TurnEvent` from now on (in the thread that caused it)."""
+    def listen(self, listener: Callable[[TurnEvent], None], *, early: bool = False) -> None:
+        """Call ``listener`` with every :class:`TurnEvent` from now on (in the thread that caused it).
+
+        ``early``: under the gate's lock, before a confirmed turn's held messages are delivered; such a
+        listener must not call the gate (it would wait on its own lock) nor wait on anyone who does.
+        """
         with self._lock:
-            self._listeners.append(listener)
+            (self._early if early else self._listeners).append(listener)
 
     def observe(self, message: Message) -> None:
         """A message as its stage first emits it (not again as later stages pass a control on)."""
@@ -71,15 +78,15 @@ class TurnGate:
                 if message.speculative:
                     if message.turn not in self._held and message.turn not in self._discarded:
                         self._held[message.turn] = []
-                        event = TurnEvent(OPENED, message.turn)
+                        event = self._tell_early(TurnEvent(OPENED, message.turn))
                 elif self.half_duplex:
                     self._deaf_turn = message.turn
             elif isinstance(message, TurnConfirmed):
                 held = self._held.pop(message.turn, None)
                 if held is not None:
+                    event = self._tell_early(TurnEvent(CONFIRMED, message.turn))
                     for waiting in held:  # in order, before anything newer
                         self.deliver(waiting)
-                    event = TurnEvent(CONFIRMED, message.turn)
                 if self.half_duplex:
                     self._deaf_turn = message.turn
             elif isinstance(message, TurnDiscarded):
@@ -87,7 +94,7 @@ class TurnGate:
                     log.info("turn %d: the user went on speaking; its speculative reply is dropped", message.turn)
                     self._discarded.add(message.turn)
                     self._held.pop(message.turn, None)
-                    event = TurnEvent(DISCARDED, message.turn)
+                    event = self._tell_early(TurnEvent(DISCARDED, message.turn))
             elif isinstance(message, SpeechStarted) and self.barge_in:
                 event = self._cancel(message.turn, "barge-in: user started turn %d, dropping older replies")
         self._publish(event)
@@ -139,7 +146,13 @@ class TurnGate:
             return None
         log.info(note, turn)
         self._cancel_below = turn
-        return TurnEvent(CANCELLED, turn)
+        return self._tell_early(TurnEvent(CANCELLED, turn))
+
+    def _tell_early(self, event: TurnEvent) -> TurnEvent:
+        """The early listeners hear of ``event`` now, under the lock; the others once it is released."""
+        for listener in self._early:
+            listener(event)
+        return event
 
     def _publish(self, event: TurnEvent | None) -> None:
         if event is None:

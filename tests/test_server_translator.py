@@ -7,9 +7,10 @@ import threading
 
 import numpy as np
 
+from s2s import metrics
 from s2s.graph import RunResult, StageFailure
 from s2s.llm.echo import EchoLM
-from s2s.messages import ReplyAudio, SpeechSegment, Transcript, TurnConfirmed, TurnDiscarded
+from s2s.messages import ReplyAudio, ReplyText, SpeechSegment, Transcript, TurnConfirmed, TurnDiscarded
 from s2s.server.outbox import (CancelReply, GraphEnded, GraphObserver, Outbox, ReplyOver, ReplySound, ReplyWords,
                                Send, ToolCalled, ToolOutputs, UserHeard, UserStarted, UserStopped)
 from s2s.server.protocol import TurnDetection
@@ -17,6 +18,7 @@ from s2s.server.responses import ResponseQueue
 from s2s.server.session_settings import SessionSettings
 from s2s.server.tools import ToolBridge
 from s2s.server.translator import DELTA_S, Translator
+from s2s.turns import TurnGate
 
 TOOL = {"type": "function", "name": "get_weather", "description": "", "parameters": {"type": "object"}}
 
@@ -155,22 +157,34 @@ def test_the_outbox_keeps_the_order_of_puts_from_any_thread_and_outlives_its_loo
     outbox.put(Send({"n": 4}))  # the loop is closed: nothing to tell, and no error
 
 
-def test_the_observer_holds_a_speculative_turn_until_it_is_confirmed():
+def test_the_observer_follows_the_gate_and_sends_a_turns_words_before_its_audio(tmp_path):
     put = []
 
     class Box:
         def put(self, message):
             put.append(message)
 
-    observer = GraphObserver(Recorder(), Box(), "vad", "sink")
+    gate = TurnGate(deliver=lambda message: put.append(("sink", message)))
+    recorder = metrics.Recorder(tmp_path)
+    observer = GraphObserver(recorder, Box(), "vad", "sink")
+    observer.watch(gate)
+
+    def emit(stage, message):  # as the graph does: the gate first, then the observers
+        gate.observe(message)
+        observer.on_output(stage, message, 0.0)
+
     segment = SpeechSegment(np.zeros(160, np.float32), 16000, 0, 0.0, 0.5, speculative=True)
-    observer.on_output("vad", segment, 0.0)
-    observer.on_output("stt", Transcript("Hello", 0), 0.0)
+    emit("vad", segment)
+    emit("stt", Transcript("Hello", 0))
+    sound = ReplyAudio(np.zeros(160, np.float32), 16000, 0)
+    gate.admit(sound)  # the reply's audio, bound for the sink: held with the turn
     assert put == []
-    observer.on_output("vad", TurnConfirmed(0, 0.7), 0.0)
-    assert put == [UserStopped(0, 0.5), UserHeard(0, "Hello")]
+    emit("vad", TurnConfirmed(0, 0.7))
+    assert put == [UserStopped(0, 0.5), UserHeard(0, "Hello"), ("sink", sound)]  # words, then audio
     again = SpeechSegment(np.zeros(160, np.float32), 16000, 1, 1.0, 1.5, speculative=True)
-    observer.on_output("vad", again, 0.0)
-    observer.on_output("stt", Transcript("Hel", 1), 0.0)
-    observer.on_output("vad", TurnDiscarded(1), 0.0)
-    assert put == [UserStopped(0, 0.5), UserHeard(0, "Hello")]  # the discarded attempt never reaches the client
+    emit("vad", again)
+    emit("stt", Transcript("Hel", 1))
+    emit("vad", TurnDiscarded(1))
+    emit("llm", ReplyText("Late.", 1))
+    assert put[3:] == []  # the discarded attempt never reaches the client, nor does late news of it
+    assert sorted(recorder.turns) == [0]  # the Recorder follows the same gate: the attempt left no record

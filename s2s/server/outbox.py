@@ -15,9 +15,10 @@ from typing import Any
 
 from s2s.graph import RunResult
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted,
-                          Transcript, TurnConfirmed, TurnDiscarded, TurnEnd)
+                          Transcript, TurnEnd)
 from s2s.metrics import Recorder
 from s2s.server.protocol import ItemRequest
+from s2s.turns import CONFIRMED, DISCARDED, OPENED, TurnEvent, TurnGate
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,9 @@ class Outbox:
 class GraphObserver:
     """The session's view of its graph: every figure goes to the Recorder, what the client hears of to the outbox.
 
-    A speculative turn's messages wait until the VAD confirms the turn, and are dropped if it discards it: the
-    client never hears of an attempt that did not stand.
+    A speculative turn's messages wait until the graph's turn gate confirms the turn, and are dropped if it
+    discards it: the client never hears of an attempt that did not stand. The gate tells us early (before it
+    delivers the turn's held audio to the sink), so the turn's transcript and text go out before its audio.
 
     Each piece of reply text is numbered in its turn as the LLM hands it on, and each block of audio the TTS
     makes carries the number of the piece it was speaking (:meth:`chunk_of`), so a client's truncation at an
@@ -195,6 +197,7 @@ class GraphObserver:
         self.recorder, self.outbox, self.vad_stage, self.last_stage = recorder, outbox, vad_stage, last_stage
         self.tts_stage = tts_stage
         self._pending: dict[int, list[OutboxMessage]] = {}  # speculative turns: messages wait for confirmation
+        self._dropped: set[int] = set()  # discarded attempts: late news of them goes nowhere
         self._lock = threading.Lock()
         self._written: Counter[int] = Counter()  # pieces of text the LLM handed on, per turn
         self._voiced: Counter[int] = Counter()  # pieces the TTS took, per turn
@@ -206,13 +209,33 @@ class GraphObserver:
         with self._lock:
             return self._chunks.pop(audio, -1)
 
+    def watch(self, gate: TurnGate) -> None:
+        """Follow the graph's turn gate (called once by the graph): the Recorder and the outbox obey it."""
+        self.recorder.watch(gate)
+        gate.listen(self._on_turn, early=True)
+
+    def _on_turn(self, event: TurnEvent) -> None:
+        """The gate opened, confirmed or discarded a speculative turn (under its lock: never call it here)."""
+        with self._lock:
+            if event.kind == OPENED:
+                self._pending.setdefault(event.turn, [])
+                return
+            if event.kind == DISCARDED:
+                self._dropped.add(event.turn)
+            held = self._pending.pop(event.turn, [])
+            if event.kind == CONFIRMED:  # under our lock: nothing newer of the turn overtakes them
+                for item in held:
+                    self.outbox.put(item)
+
     def _put(self, turn: int, message: OutboxMessage) -> None:
-        """Send now, or once ``turn`` is confirmed."""
+        """Send now, once ``turn`` is confirmed, or never (a discarded attempt)."""
         with self._lock:
             if turn in self._pending:
                 self._pending[turn].append(message)
                 return
-        self.outbox.put(message)
+            if turn in self._dropped:
+                return
+            self.outbox.put(message)
 
     def on_input(self, stage: str, message: Data, now: float) -> None:
         self.recorder.on_input(stage, message, now)
@@ -231,16 +254,7 @@ class GraphObserver:
         if isinstance(message, SpeechStarted) and stage == self.vad_stage:
             self.outbox.put(UserStarted(message.turn))
         elif isinstance(message, SpeechSegment):
-            if message.speculative:
-                with self._lock:
-                    self._pending.setdefault(message.turn, [])
             self._put(message.turn, UserStopped(message.turn, message.end_s))
-        elif isinstance(message, (TurnConfirmed, TurnDiscarded)) and stage == self.vad_stage:
-            with self._lock:
-                held = self._pending.pop(message.turn, [])
-            if isinstance(message, TurnConfirmed):
-                for item in held:
-                    self.outbox.put(item)
         elif isinstance(message, Transcript):
             self._put(message.turn, UserHeard(message.turn, message.text))
         elif isinstance(message, ReplyText):
