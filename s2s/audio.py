@@ -100,6 +100,30 @@ def chunks(samples: np.ndarray, size: int) -> Iterator[np.ndarray]:
         yield block
 
 
+def reblock(blocks: Iterator[np.ndarray], size: int) -> Iterator[np.ndarray]:
+    """Pipeline-format ``blocks`` regrouped into blocks of ``size`` samples, as soon as each is full; the
+    last may be shorter (never padded: padding would be silence the listener waits through). Closing this
+    generator closes ``blocks``."""
+    pending: list[np.ndarray] = []
+    held = 0
+    try:
+        for block in blocks:
+            pending.append(block)
+            held += len(block)
+            if held < size:
+                continue
+            joined = np.concatenate(pending)
+            full = len(joined) - len(joined) % size
+            yield from (joined[start:start + size] for start in range(0, full, size))
+            pending, held = [joined[full:]], len(joined) - full
+        if held:
+            yield np.concatenate(pending)
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            close()
+
+
 def silence(seconds: float, sample_rate: int) -> np.ndarray:
     return np.zeros(int(round(seconds * sample_rate)), dtype=PIPELINE_DTYPE)
 

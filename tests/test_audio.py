@@ -110,3 +110,23 @@ def test_pause_shaper_never_holds_sound_back_and_forgets_silent_blocks_before_it
 def test_sound_bounds():
     assert audio.sound_bounds(np.concatenate([_quiet(5), _sound(3), _quiet(2)])) == (5, 8)
     assert audio.sound_bounds(_quiet(10)) is None
+
+
+def test_reblock_regroups_without_losing_or_padding_and_closes_its_source():
+    closed = []
+
+    def source():
+        try:
+            for size in (300, 50, 900, 10):
+                yield np.full(size, size / 1000, dtype=np.float32)
+        finally:
+            closed.append(True)
+
+    blocks = list(audio.reblock(source(), 400))
+    assert [len(block) for block in blocks] == [400, 400, 400, 60] and closed == [True]
+    assert np.concatenate(blocks).tolist() == np.concatenate(
+        [np.full(size, size / 1000, dtype=np.float32) for size in (300, 50, 900, 10)]).tolist()
+    early = audio.reblock(source(), 100)
+    next(early)
+    early.close()
+    assert closed == [True, True]

@@ -22,6 +22,7 @@ from s2s.messages import ReplyText
 from s2s.stage import MissingExtraError
 from s2s.tts import qwen3
 from s2s.tts.qwen3 import Qwen3TTS, Settings, language_name
+from s2s.tts.qwen3.settings import MIN_REPLY_STEPS, reply_steps
 from spies import spy
 from tests.conftest import compose_config, run_cli
 from tests.fixtures import qwen3 as fixtures
@@ -161,6 +162,12 @@ def test_platforms_that_cannot_run_a_backend(tmp_path, option, platform, key, fr
     (["tts.model=Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign", "tts.speaker=Ryan", "tts.instruct=calm"],
      "tts.speaker", "VoiceDesign"),
     (["tts.ref_audio=/nonexistent.wav"], "tts.ref_audio", "existing path"),
+    (["tts.non_streaming_mode=false"], "tts.non_streaming_mode", "null or true with backend=ggml"),
+    (["tts=qwen3_mlx", "tts.non_streaming_mode=true"], "tts.non_streaming_mode", "null with backend=mlx"),
+    (["tts.parity_mode=true"], "tts.parity_mode", "false with backend=ggml"),
+    (["tts=qwen3_torch", "tts.parity_mode=true"], "tts.parity_mode", "unless cloning a voice"),
+    (["tts.blocksize=8"], "tts.blocksize", "from 64 to"),
+    (["tts.streaming_chunk_size=0"], "tts.streaming_chunk_size", "from 1 to"),
 ])
 def test_invalid_settings_fail_before_loading(tmp_path, overrides, key, fragment):
     errors = config_errors(tmp_path, *(overrides if overrides[0].startswith("tts=") else ["tts=qwen3", *overrides]))
@@ -241,6 +248,24 @@ def test_cli_dry_runs(tmp_path):
         "torch backend runs on CUDA graphs: Linux or Windows with an NVIDIA GPU)"]
 
 
+def test_each_utterance_gets_a_budget_sized_to_its_text():
+    short = reply_steps("Hello.", 2048, 8)
+    long_text = " ".join(["Here is a long reply, with a comma."] * 20)
+    long = reply_steps(long_text, 2048, 8)
+    assert short == MIN_REPLY_STEPS  # a short text keeps 28.8 s: the estimate never cuts it
+    assert long > MIN_REPLY_STEPS and long % 8 == 0  # whole streamed blocks
+    assert reply_steps(long_text + long_text, 2048, 8) > long  # twice the text, a larger budget
+    assert reply_steps(long_text, 400, 8) == 400 and reply_steps("Hello.", 6, 8) == 6  # the cap holds
+
+
+@pytest.mark.parametrize("option, platform, chunk, attention", [
+    ("qwen3_mlx", "linux", 4, None), ("qwen3_ggml", "linux", 8, None), ("qwen3_torch", "linux_cuda", 8, "eager")])
+def test_the_reference_defaults_per_backend(tmp_path, option, platform, chunk, attention):
+    settings = tts_spec(tmp_path, f"tts={option}", platform=platform).build().settings
+    assert (settings.streaming_chunk_size, settings.attn_implementation) == (chunk, attention)
+    assert settings.non_streaming_mode is None and settings.parity_mode is False and settings.blocksize is None
+
+
 # ---------------------------------------------------------------- ggml: real adapter, stand-in native module
 def test_ggml_custom_voice_streams_with_quantization_and_turn_language(tmp_path, monkeypatch, native_ggml):
     from faster_qwen3_tts import FasterQwen3TTS, GGMLQwen3TTS
@@ -256,11 +281,27 @@ def test_ggml_custom_voice_streams_with_quantization_and_turn_language(tmp_path,
     blocks = speak(stage, language="de")  # auto: the STT's language of the turn
     assert [len(block.samples) for block in blocks] == [4 * 1920, 2 * 1920, 2 * 1920]  # 4 first, then 2 per block
     assert streams[0].kwargs == {"text": "Hello world.", "language": "German", "max_new_tokens": 8,
-                                 "chunk_size": 2, "speaker": "Ryan", "instruct": "calm"}
+                                 "chunk_size": 2, "speaker": "Ryan", "instruct": "calm", "non_streaming_mode": None}
     name, request = native_ggml.calls[-1]
     assert (name, request["lang"], request["speaker"], request["codec_chunk_sec"]) == ("stream", "German", "Ryan", 0.16)
     assert_closed_mid_stream(stage, streams)
     assert native_ggml.streams[-1] == {"packets": 1, "cancelled": True}
+
+
+def test_ggml_blocksize_and_non_streaming_mode_reach_the_reply(tmp_path, monkeypatch, native_ggml):
+    from faster_qwen3_tts import GGMLQwen3TTS
+
+    streams = spy(monkeypatch, GGMLQwen3TTS, "generate_custom_voice_streaming")
+    stage = tts_spec(tmp_path, "tts=qwen3", "tts.speaker=Ryan", "tts.streaming_chunk_size=2", "tts.blocksize=1000",
+                     "tts.non_streaming_mode=true", f"tts.ref_cache_dir={tmp_path}").build()
+    stage.setup()
+    text = "Hello world. " * 3
+    blocks = speak(stage, text=text)
+    sizes = [len(block.samples) for block in blocks]
+    assert set(sizes[:-1]) == {1000} and 0 < sizes[-1] <= 1000 and len(sizes) > 2  # re-blocked, nothing padded
+    assert streams[0].kwargs["non_streaming_mode"] is True
+    assert streams[0].kwargs["max_new_tokens"] == reply_steps(text, 2048, 2)  # sized to the text, not the cap
+    assert_closed_mid_stream(stage, streams)  # closing the re-blocked stream still stops the library's
 
 
 def test_ggml_local_gguf_voice_design_and_bad_speaker(tmp_path, native_ggml):
@@ -337,7 +378,8 @@ def test_torch_custom_voice_streams(tmp_path, monkeypatch, tiny, eager_torch):
     blocks = speak(stage)
     assert len(blocks) >= 2
     assert streams[0].kwargs == {"text": "Hello world.", "language": "English", "max_new_tokens": 6,
-                                 "chunk_size": 2, "speaker": "ryan", "instruct": "Speak slowly."}
+                                 "chunk_size": 2, "speaker": "ryan", "instruct": "Speak slowly.",
+                                 "non_streaming_mode": None}
     assert_closed_mid_stream(stage, streams)
 
 
@@ -362,6 +404,15 @@ def test_torch_voice_design_and_clone(tmp_path, monkeypatch, tiny, reference_wav
         speak(stage)
     assert [(c.kwargs["ref_audio"], c.kwargs["ref_text"], c.kwargs["xvec_only"]) for c in clone] == [
         (str(reference_wav), "This is a test.", False), (str(reference_wav), "", True)]
+    assert eager_torch[-1]["attn_implementation"] == "eager"  # not configured: the reference's default
+
+    warmups = spy(monkeypatch, FasterQwen3TTS, "warmup")
+    stage = tts_spec(tmp_path, *common, f"tts.model={tiny['base']}", f"tts.ref_audio={reference_wav}",
+                     "tts.ref_text=This is a test.", "tts.parity_mode=true", platform="linux_cuda").build()
+    stage.setup()
+    assert warmups == []  # parity mode runs no CUDA graphs: none are captured
+    speak(stage)
+    assert clone[-1].kwargs["parity_mode"] is True and [c.kwargs["parity_mode"] for c in clone[:-1]] == [False] * 2
 
 
 @pytest.mark.gpu

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from s2s.config_errors import MUST_EXIST
-from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
+from s2s import audio
+from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.models import model_folder_error
 from s2s.runtimes import ByBackend, Runtime
 from s2s.tts.base import TTSStage
@@ -29,6 +29,7 @@ from s2s.tts.qwen3.settings import (
     language_name,
     mlx_quantized_repo,
     model_kind,
+    voice_of,
 )
 
 # the Hub models qwentts-cpp-python maps to published GGUF files (other models need gguf_*_path)
@@ -36,6 +37,8 @@ GGML_MODELS = tuple(f"Qwen/Qwen3-TTS-12Hz-{name}" for name in (
     "0.6B-Base", "0.6B-CustomVoice", "1.7B-Base", "1.7B-CustomVoice", "1.7B-VoiceDesign"))
 GGML_ONLY = ("gguf_talker_path", "gguf_codec_path", "ref_cache_dir", "ref_spk", "ref_rvq")
 TORCH_ONLY = ("dtype", "attn_implementation")
+# qwentts-cpp-python publishes Linux CUDA and macOS arm64 wheels only, so faster-qwen3-tts[ggml] installs nowhere
+# on Windows: Windows+NVIDIA runs torch (conf/tts_platform/qwen3_windows_cuda.yaml), where the reference runs ggml
 
 
 
@@ -105,6 +108,19 @@ def check_backend(args: dict[str, Any], context: ValidationContext) -> list[Conf
         elif backend == "mlx" and mlx_quantized_repo(args["model"], quantization) == args["model"]:
             errors.append(context.error("quantization", quantization, "null unless model is a Qwen/<name> id "
                                         "(a local path or mlx-community id fixes its own quantization)"))
+    non_streaming, parity = args["non_streaming_mode"], args["parity_mode"]
+    if non_streaming is False and backend == "ggml":
+        errors.append(context.error("non_streaming_mode", False, "null or true with backend=ggml (qwentts.cpp "
+                                    "always puts the whole text in its prompt; it cannot feed it step by step)"))
+    elif non_streaming is not None and backend == "mlx":
+        errors.append(context.error("non_streaming_mode", non_streaming, "null with backend=mlx (mlx-audio does "
+                                    "not expose it)"))
+    if parity and backend != "torch":
+        errors.append(context.error("parity_mode", True, f"false with backend={backend} (parity mode turns "
+                                    "off the CUDA graphs of backend torch)"))
+    elif parity and voice_of(args).mode != "clone":
+        errors.append(context.error("parity_mode", True, "false unless cloning a voice (faster-qwen3-tts has "
+                                    "parity mode for voice cloning only)"))
     if backend == "ggml":
         if bool(args["gguf_talker_path"]) != bool(args["gguf_codec_path"]):
             key = "gguf_codec_path" if args["gguf_talker_path"] else "gguf_talker_path"
@@ -132,13 +148,19 @@ class Qwen3TTS(TTSStage):
         ref_audio, ref_text: voice to clone (Base models) and its transcript.
         xvec_only: clone the timbre only (speaker embedding), without ref_text.
         ref_spk, ref_rvq: ggml only, cached qwentts.cpp reference files (.spk, and .rvq with ref_text).
-        streaming_chunk_size: codec steps per streamed block (12.5 steps = 1 s of audio).
-        max_new_tokens: cap on codec steps per reply.
+        streaming_chunk_size: codec steps per streamed block (12.5 steps = 1 s of audio); null: 4 on mlx,
+            8 on ggml and torch.
+        max_new_tokens: cap on codec steps per utterance; each gets its estimated length (at least 360 steps)
+            up to this cap, so a model that misses its end token stops early.
+        non_streaming_mode: faster-qwen3-tts only: the whole text in the prompt (true) or fed step by step
+            (false, torch only); null: the library's choice.
+        parity_mode: torch only, when cloning: no CUDA graphs (a dynamic cache), output as qwen_tts's own.
+        blocksize: samples (24 kHz) per audio block the stage emits; null: the blocks the library streams.
         quantization: ggml BF16/Q8_0/Q4_K_M/F32, mlx bf16/4bit/6bit/8bit; null: the backend's default.
         gguf_talker_path, gguf_codec_path: ggml only, local GGUF files instead of downloading them.
         ref_cache_dir: ggml only, where extracted voice references are cached (null: the library's default).
         dtype: torch only, auto (bf16 where supported, else fp16) or an explicit torch dtype name.
-        attn_implementation: torch only, eager, sdpa or flash_attention_2 (null: sdpa).
+        attn_implementation: torch only, eager, sdpa or flash_attention_2 (null: eager, the reference's).
     """
 
     voice_key = "speaker"
@@ -157,8 +179,10 @@ class Qwen3TTS(TTSStage):
                  instruct: str | None = None, ref_audio: Annotated[str | None, MUST_EXIST] = None,
                  ref_text: str | None = None, xvec_only: bool = False,
                  ref_spk: Annotated[str | None, MUST_EXIST] = None, ref_rvq: Annotated[str | None, MUST_EXIST] = None,
-                 streaming_chunk_size: Annotated[int, Range(1, 256)] = 8,
-                 max_new_tokens: Annotated[int, Range(1, 65536)] = 2048, quantization: str | None = None,
+                 streaming_chunk_size: Annotated[int, Range(1, 256)] | None = None,
+                 max_new_tokens: Annotated[int, Range(1, 65536)] = 2048, non_streaming_mode: bool | None = None,
+                 parity_mode: bool = False, blocksize: Annotated[int, Range(64, 240000)] | None = None,
+                 quantization: str | None = None,
                  gguf_talker_path: Annotated[str | None, MUST_EXIST] = None,
                  gguf_codec_path: Annotated[str | None, MUST_EXIST] = None, ref_cache_dir: str | None = None,
                  dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = None,
@@ -194,7 +218,11 @@ class Qwen3TTS(TTSStage):
             turn_language = self.settings.language
         else:  # the STT's code for this turn, when the model speaks it
             turn_language = language_name(language) or "Auto"
-        return self._runtime.stream(text, turn_language)
+        blocks = self._runtime.stream(text, turn_language)
+        if self.settings.blocksize is None:
+            return blocks
+        return audio.reblock((audio.to_pipeline(block, self.sample_rate) for block in blocks),
+                             self.settings.blocksize)
 
     def close(self) -> None:
         self._runtime = None
@@ -212,6 +240,9 @@ class Qwen3TTS(TTSStage):
             details["device"] = "ggml picks (the GPU in CUDA/Metal builds)"
         else:
             details.update(model=settings.model, dtype=settings.dtype or "auto",
-                           attn_implementation=settings.attn_implementation or "sdpa")
-        details.update(voice=str(settings.voice), language=settings.language)
+                           attn_implementation=settings.attn_implementation)
+            if settings.parity_mode:
+                details["parity_mode"] = True
+        details.update(voice=str(settings.voice), language=settings.language,
+                       streaming_chunk_size=settings.streaming_chunk_size)
         return details

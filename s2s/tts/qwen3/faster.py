@@ -25,7 +25,7 @@ def _load_torch(settings: Settings) -> Any:
     try:
         model = faster.FasterQwen3TTS.from_pretrained(
             settings.model, device=device, dtype=dtype, backend="torch",
-            attn_implementation=settings.attn_implementation or "sdpa",
+            attn_implementation=settings.attn_implementation,
             # the static KV cache must hold the prompt and every generated step
             max_seq_len=max(2048, settings.max_new_tokens + 512))
     except ValueError as error:
@@ -36,7 +36,8 @@ def _load_torch(settings: Settings) -> Any:
         have = "no usable CUDA in this torch " + torch.__version__ if device.startswith("cuda") else "not CUDA"
         raise ConfigError("tts.device", device, f"a CUDA device for backend torch ({have}); faster-qwen3-tts "
                           f"runs it on CUDA graphs: use backend ggml or mlx on this machine") from error
-    model.warmup()  # captures the CUDA graphs now rather than during the first reply
+    if not settings.parity_mode:  # parity mode clones without the graphs: nothing to capture
+        model.warmup()  # captures the CUDA graphs now rather than during the first reply
     return model
 
 
@@ -79,8 +80,9 @@ class FasterQwen3:
 
     def stream(self, text: str, language: str) -> Iterator[Any]:
         voice = self.settings.voice
-        common = {"text": text, "language": language, "max_new_tokens": self.settings.max_new_tokens,
-                  "chunk_size": self.settings.streaming_chunk_size}
+        common = {"text": text, "language": language, "max_new_tokens": self.settings.steps_for(text),
+                  "chunk_size": self.settings.streaming_chunk_size,
+                  "non_streaming_mode": self.settings.non_streaming_mode}
         if voice.mode == "custom_voice":
             blocks = self.model.generate_custom_voice_streaming(speaker=voice.speaker, instruct=voice.instruct,
                                                                 **common)
@@ -89,7 +91,8 @@ class FasterQwen3:
         else:
             blocks = self.model.generate_voice_clone_streaming(
                 ref_audio=voice.ref_audio, ref_text=voice.ref_text or "", xvec_only=voice.xvec_only,
-                ref_spk=voice.ref_spk, ref_rvq=voice.ref_rvq, instruct=voice.instruct, **common)
+                ref_spk=voice.ref_spk, ref_rvq=voice.ref_rvq, instruct=voice.instruct,
+                parity_mode=self.settings.parity_mode, **common)
         try:
             for samples, _rate, _timing in blocks:
                 yield samples

@@ -11,9 +11,7 @@ from typing import Any
 
 from s2s import torch_support
 from s2s.stage import require
-from s2s.tts.qwen3.settings import Settings
-
-FRAME_RATE = 12.5  # codec steps per second of audio
+from s2s.tts.qwen3.settings import FRAME_RATE, Settings
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class MLXQwen3:
 
     def stream(self, text: str, language: str) -> Iterator[Any]:
         voice = self.settings.voice
-        options = {"max_tokens": self.settings.max_new_tokens, "stream": True,
+        options = {"max_tokens": self.settings.steps_for(text), "stream": True,
                    # mlx counts int(interval * 12.5) steps; the half step keeps float rounding from losing one
                    "streaming_interval": (self.settings.streaming_chunk_size + 0.5) / FRAME_RATE}
         if voice.mode == "custom_voice":

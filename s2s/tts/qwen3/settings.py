@@ -6,7 +6,9 @@ The runtimes (``faster``, ``mlx``) import only this module; the stage (``s2s.tts
 from __future__ import annotations
 
 import json
+import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +23,28 @@ LANGUAGES = {"en": "English", "zh": "Chinese", "ja": "Japanese", "de": "German",
              "es": "Spanish", "it": "Italian", "pt": "Portuguese", "ru": "Russian", "ko": "Korean"}
 
 Backend = Literal["ggml", "torch", "mlx"]
+
+FRAME_RATE = 12.5  # codec steps per second of audio
+# codec steps per streamed block when not configured: the reference system's defaults (mlx 0.32 s, faster 0.64 s)
+DEFAULT_CHUNK_SIZE = {"mlx": 4, "ggml": 8, "torch": 8}
+DEFAULT_ATTENTION = "eager"  # torch: the reference system's default (sdpa is not measured better here)
+# How long a text takes to say, to size each reply's codec-step budget (the reference system's estimate): the
+# slower of words and characters, half a second per punctuation mark, a second of prompt, and 35% to spare.
+WORDS_PER_S, CHARS_PER_S, PAUSE_S, PROMPT_S, MARGIN = 2.6, 14.0, 0.5, 1.0, 1.35
+MIN_REPLY_STEPS = 360  # 28.8 s: a short text's budget is never the estimate's to cut
+
+
+def reply_steps(text: str, cap: int, chunk: int) -> int:
+    """The codec steps one utterance may take: its estimated length, in whole blocks, at most ``cap``.
+
+    A model that misses its end-of-speech token then stops after a few seconds of babble, not after ``cap``.
+    """
+    words = len(re.findall(r"\w+", text))
+    chars = len(re.sub(r"\s+", "", text))
+    pauses = sum(unicodedata.category(char).startswith("P") for char in text)
+    seconds = max(words / WORDS_PER_S, chars / CHARS_PER_S) + pauses * PAUSE_S + PROMPT_S
+    steps = math.ceil(math.ceil(seconds * FRAME_RATE * MARGIN) / chunk) * chunk
+    return min(cap, max(MIN_REPLY_STEPS, steps))
 
 
 @dataclass(frozen=True)
@@ -104,11 +128,15 @@ class Settings:
         device: the resolved device (torch needs CUDA; ``cpu`` keeps mlx on the CPU).
         language: the fixed language name, or ``Auto`` (the STT's language per turn).
         voice: the voice mode and its values.
-        streaming_chunk_size: codec steps per streamed block.
-        max_new_tokens: cap on codec steps per reply.
+        streaming_chunk_size: codec steps per streamed block (the backend's default when not configured).
+        max_new_tokens: cap on codec steps per utterance (each gets :func:`reply_steps` of it).
+        non_streaming_mode: faster-qwen3-tts: the whole text in the prompt (True) or fed step by step (False);
+            None: the library's choice.
+        parity_mode: torch clones without CUDA graphs (dynamic cache), as qwen_tts itself does.
+        blocksize: samples per audio block the stage emits (None: as the library makes them).
         quantization: the quantization the backend loads (its default when not configured; None for torch).
         gguf_talker_path, gguf_codec_path, ref_cache_dir: ggml only.
-        dtype, attn_implementation: torch only.
+        dtype, attn_implementation: torch only (attention: eager when not configured).
     """
 
     model: str
@@ -118,6 +146,9 @@ class Settings:
     voice: Voice
     streaming_chunk_size: int
     max_new_tokens: int
+    non_streaming_mode: bool | None = None
+    parity_mode: bool = False
+    blocksize: int | None = None
     quantization: str | None = None
     gguf_talker_path: str | None = None
     gguf_codec_path: str | None = None
@@ -130,11 +161,18 @@ class Settings:
         """From the stage's (validated) constructor arguments."""
         return cls(model=args["model"], backend=args["backend"], device=args["device"],
                    language=language_name(args["language"]) or "Auto", voice=voice_of(args),
-                   streaming_chunk_size=args["streaming_chunk_size"], max_new_tokens=args["max_new_tokens"],
+                   streaming_chunk_size=args["streaming_chunk_size"] or DEFAULT_CHUNK_SIZE[args["backend"]],
+                   max_new_tokens=args["max_new_tokens"], non_streaming_mode=args["non_streaming_mode"],
+                   parity_mode=args["parity_mode"], blocksize=args["blocksize"],
                    quantization=args["quantization"] or DEFAULT_QUANTIZATION.get(args["backend"]),
                    gguf_talker_path=args["gguf_talker_path"], gguf_codec_path=args["gguf_codec_path"],
                    ref_cache_dir=args["ref_cache_dir"], dtype=args["dtype"],
-                   attn_implementation=args["attn_implementation"])
+                   attn_implementation=args["attn_implementation"]
+                   or (DEFAULT_ATTENTION if args["backend"] == "torch" else None))
+
+    def steps_for(self, text: str) -> int:
+        """The codec-step budget of one utterance."""
+        return reply_steps(text, self.max_new_tokens, self.streaming_chunk_size)
 
     @property
     def mlx_repo(self) -> str:
