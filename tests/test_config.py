@@ -384,14 +384,15 @@ def test_every_optional_defaults_entry_points_at_a_folder_with_files():
         assert sorted((CONF_DIR / group).glob("*.yaml")), f"conf/{group}/ is empty or missing"
 
 
-def test_the_first_chunk_defaults_are_stated_once_and_match_the_code():
+def test_the_shared_llm_defaults_are_stated_once_and_match_the_code():
     import inspect
 
     from omegaconf import OmegaConf
 
     from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS
 
-    shared = {"first_chunk_words": FIRST_CHUNK_WORDS, "first_chunk_min_words": FIRST_CHUNK_MIN_WORDS}
+    shared = {"first_chunk_words": FIRST_CHUNK_WORDS, "first_chunk_min_words": FIRST_CHUNK_MIN_WORDS,
+              "language": "en", "follow_user_language": True}
     assert OmegaConf.to_container(OmegaConf.load(CONF_DIR / "llm" / "_chat_base.yaml")) == shared
     for option in options("llm"):
         assert not set(shared) & set(OmegaConf.load(CONF_DIR / "llm" / f"{option}.yaml")), f"{option} restates them"

@@ -225,3 +225,54 @@ def test_every_chat_backend_takes_history_tokens(option, tmp_path):
     assert spec.build().history_tokens == 256
     with pytest.raises(ConfigErrors, match="llm.history_tokens=0: invalid"):
         validate(compose_config([f"llm={option}", "llm.history_tokens=0", "platform=macos"], tmp_path))
+
+
+def test_a_turn_heard_in_another_language_is_answered_in_it():
+    """follow_user_language: the system prompt asks for the transcript's language when it differs from
+    ``language``; the system prompt itself always stays first and whole."""
+    llm = EchoLM()
+    llm.system_prompt = "Be brief."
+    assert llm.chat_messages("Bonjour", user_language="fr")[0] == {
+        "role": "system", "content": "Be brief.\nThe user is speaking French: always answer in French."}
+    for same in ("en", "EN", "en-US", None, "xx"):  # the configured language, none detected, or unknown
+        assert llm.chat_messages("Hello", user_language=same)[0] == {"role": "system", "content": "Be brief."}
+    llm.language = "de"
+    assert "answer in English" in llm.chat_messages("Hello", user_language="en")[0]["content"]
+    llm.system_prompt = None  # no system prompt of its own: the note alone
+    assert llm.chat_messages("Hola", user_language="es-MX")[0]["content"] == (
+        "The user is speaking Spanish: always answer in Spanish.")
+    llm.follow_user_language = False
+    assert llm.chat_messages("Hola", user_language="es")[0] == {"role": "user", "content": "Hola"}
+
+
+@pytest.mark.parametrize("option", ["ctranslate2", "mlx_lm", "openai", "transformers", "echo"])
+def test_every_llm_backend_takes_the_reply_language_keys(option, tmp_path):
+    from s2s.config import validate
+    from s2s.config_errors import ConfigErrors
+
+    cfg = compose_config([f"llm={option}", "llm.language=fr", "llm.follow_user_language=false", "platform=macos"],
+                         tmp_path)
+    stage = next(spec for spec in validate(cfg) if spec.group == "llm").build()
+    assert (stage.language, stage.follow_user_language) == ("fr", False)
+    with pytest.raises(ConfigErrors, match="llm.language=french: invalid"):
+        validate(compose_config([f"llm={option}", "llm.language=french", "platform=macos"], tmp_path))
+
+
+@pytest.mark.slow
+def test_the_model_is_asked_for_the_users_language(smollm2, monkeypatch):
+    """Through a real model: the transcript's language reaches the chat template the model is prompted with."""
+    prompts = []
+    template = type(smollm2._tokenizer).apply_chat_template
+
+    def recording(self, conversation, *args, **kwargs):
+        prompts.append(conversation)
+        return template(self, conversation, *args, **kwargs)
+
+    monkeypatch.setattr(type(smollm2._tokenizer), "apply_chat_template", recording)
+    smollm2.reset()
+    out = list(smollm2.process(Transcript("Quelle est la capitale de la France ?", 0, "fr")))
+    assert out[-1] == TurnEnd(0) and all(m.language == "fr" for m in out if isinstance(m, ReplyText))
+    assert prompts[-1][0] == {"role": "system", "content": "Answer in one short sentence.\n"
+                              "The user is speaking French: always answer in French."}
+    list(smollm2.process(Transcript("What is the capital of Italy?", 1, "en")))
+    assert prompts[-1][0] == {"role": "system", "content": "Answer in one short sentence."}

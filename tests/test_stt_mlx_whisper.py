@@ -9,7 +9,7 @@ from conftest import compose_config
 from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.messages import SpeechSegment, Transcript, TurnEnd
-from s2s.stt.languages import WHISPER_LANGUAGES
+from s2s.languages import WHISPER_LANGUAGES
 from s2s.stt.mlx_whisper import MLXWhisperSTT
 from tests.fixtures import tiny_mlx_whisper, tiny_whisper
 

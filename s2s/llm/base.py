@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from s2s.languages import language_name
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
 from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd
 from s2s.stage import Stage
@@ -33,7 +34,9 @@ class ReplyFailed(RuntimeError):
 class LLMStage(Stage):
     """Base of LLM stages: subclasses implement ``stream(messages)`` yielding text pieces (and ``ToolCall``s).
 
-    ``process`` keeps the last ``history_turns`` exchanges (fewer when they pass ``history_tokens``), releases
+    ``process`` keeps the last ``history_turns`` exchanges (fewer when they pass ``history_tokens``), tells the
+    model to answer in the user's language when a transcript carries one other than ``language`` (the STT
+    detected it; ``follow_user_language``), releases
     the reply sentence by sentence as it streams (so TTS starts before the LLM ends), reports the time to first
     token and ends the turn. With
     ``llm.tools``, the calls a reply asks for run after its stream ends, their results go back to the model
@@ -49,8 +52,11 @@ class LLMStage(Stage):
 
     def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None,
                    first_chunk_words: int = FIRST_CHUNK_WORDS,
-                   first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS, history_tokens: int | None = None) -> None:
+                   first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS, history_tokens: int | None = None,
+                   language: str | None = "en", follow_user_language: bool = True) -> None:
         self.system_prompt = system_prompt
+        self.language = language  # what replies are in unless the user speaks another language (None: unknown)
+        self.follow_user_language = follow_user_language
         self.history_turns = history_turns
         self.history_tokens = history_tokens  # the previous exchanges' token budget; None: only the turn count
         self.tools = tools
@@ -157,14 +163,25 @@ class LLMStage(Stage):
         """Tokens ``text`` takes in the prompt: about 4 characters a token, unless the backend has a tokenizer."""
         return -(-len(text) // 4)
 
-    def chat_messages(self, user_text: str, instructions: Any = KEEP) -> list[dict[str, Any]]:
+    def chat_messages(self, user_text: str, instructions: Any = KEEP,
+                      user_language: str | None = None) -> list[dict[str, Any]]:
         """The prompt: the system prompt (always; ``instructions`` replaces it for one turn), the exchanges
-        :meth:`_window` keeps, then ``user_text``."""
+        :meth:`_window` keeps, then ``user_text``. ``user_language`` is the transcript's language code: when it
+        is another than ``language``, the system prompt ends by asking for a reply in it."""
         with self._history_lock:
             window = self._window()
         prompt = self.system_prompt if instructions is KEEP else instructions
+        if note := self.language_note(user_language):
+            prompt = f"{prompt}\n{note}" if prompt else note
         system = [{"role": "system", "content": prompt}] if prompt else []
         return [*system, *window, {"role": "user", "content": user_text}]
+
+    def language_note(self, user_language: str | None) -> str | None:
+        """What the system prompt adds for a user speaking ``user_language`` (None: nothing to add)."""
+        name = language_name(user_language)
+        if not self.follow_user_language or name is None or name == language_name(self.language):
+            return None
+        return f"The user is speaking {name}: always answer in {name}."
 
     def process(self, message: Data) -> Iterator[Message]:
         """Reply to one transcript, sentence by sentence, then end the turn; the history keeps what was said."""
@@ -177,7 +194,7 @@ class LLMStage(Stage):
         spoken: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
         with self._history_lock:
             instructions, toolbox, keep = self._plans.pop(message.turn, (KEEP, KEEP, True))
-        messages = self.chat_messages(message.text, instructions)
+        messages = self.chat_messages(message.text, instructions, message.language)
         own_toolbox = self._toolbox
         if toolbox is not KEEP:
             self._toolbox = toolbox

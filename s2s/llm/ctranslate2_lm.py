@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from s2s.config_errors import ConfigError, Range, ValidationContext
+from s2s.config_errors import ConfigError, OneOf, Range, ValidationContext
+from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import build_once, cache_root, local_path, model_source
@@ -124,6 +125,9 @@ class CTranslate2LM(TemplateTools, LLMStage):
             a little differently, so a reply may take another word at a near tie (3 of 20 on the answer set).
         first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
+        language: the language replies are in (the system prompt's), as a Whisper code; null: unknown.
+        follow_user_language: when a turn's transcript is in another language (the STT detected it), the
+            system prompt asks for the reply in that language.
         cache_dir: where conversions are kept.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null. Chat templates
             with a tools section get them natively; others get them in the system prompt (``<tool_call>``).
@@ -136,7 +140,9 @@ class CTranslate2LM(TemplateTools, LLMStage):
                  temperature: Annotated[float, Range(0, 5)] = 0.0,
                  repetition_penalty: Annotated[float, Range(1, 2)] = 1.15, static_prompt: bool = True,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS, cache_dir: str | None = None,
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 follow_user_language: bool = True, cache_dir: str | None = None,
                  tools: str | None = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("auto", "mps") else device  # validation has resolved auto already
@@ -147,7 +153,7 @@ class CTranslate2LM(TemplateTools, LLMStage):
         self.static_prompt = static_prompt
         self.cache_dir = cache_dir
         self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
-                        history_tokens)
+                        history_tokens, language, follow_user_language)
         self._generator: Any = None
         self._tokenizer: Any = None
         self._end_ids: list[int] = []

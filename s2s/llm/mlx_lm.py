@@ -5,7 +5,8 @@ import logging
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from s2s.config_errors import Range, ValidationContext
+from s2s.config_errors import OneOf, Range, ValidationContext
+from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import loadable, model_folder_error
@@ -31,6 +32,9 @@ class MLXLM(TemplateTools, LLMStage):
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
         first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
+        language: the language replies are in (the system prompt's), as a Whisper code; null: unknown.
+        follow_user_language: when a turn's transcript is in another language (the STT detected it), the
+            system prompt asks for the reply in that language.
     """
 
     requires = Runtime("mlx", option="mlx_lm", instead="llm=transformers")
@@ -40,13 +44,15 @@ class MLXLM(TemplateTools, LLMStage):
                  history_tokens: Annotated[int, Range(1)] | None = None,
                  temperature: Annotated[float, Range(0, 5)] = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
                  tools: str | None = None, first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS) -> None:
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 follow_user_language: bool = True) -> None:
         self.model_name = model
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.top_p = top_p
         self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
-                        history_tokens)
+                        history_tokens, language, follow_user_language)
         self._model: Any = None
         self._tokenizer: Any = None
 

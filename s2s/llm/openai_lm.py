@@ -5,7 +5,8 @@ import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from s2s.config_errors import Range, ValidationContext
+from s2s.config_errors import OneOf, Range, ValidationContext
+from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
 from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
 from s2s.openai_api import cause, check_base_url, connect, detail
@@ -33,6 +34,9 @@ class OpenAILM(LLMStage):
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
         first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
+        language: the language replies are in (the system prompt's), as a Whisper code; null: unknown.
+        follow_user_language: when a turn's transcript is in another language (the STT detected it), the
+            system prompt asks for the reply in that language.
     """
 
     def __init__(self, model: str, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
@@ -45,6 +49,8 @@ class OpenAILM(LLMStage):
                  history_tokens: Annotated[int, Range(1)] | None = None, tools: str | None = None,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
                  first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 follow_user_language: bool = True,
                  ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -55,7 +61,7 @@ class OpenAILM(LLMStage):
         self.reasoning_effort = reasoning_effort
         self.timeout_s = timeout_s
         self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
-                        history_tokens)
+                        history_tokens, language, follow_user_language)
         self._client: Any = None
 
     @classmethod

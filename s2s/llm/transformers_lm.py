@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from s2s import torch_support
-from s2s.config_errors import Range, ValidationContext
+from s2s.config_errors import OneOf, Range, ValidationContext
+from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import (
@@ -89,6 +90,9 @@ class TransformersLM(TemplateTools, LLMStage):
             prompt (system prompt, history, question) is not penalised, so the answer may repeat the question.
         first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
+        language: the language replies are in (the system prompt's), as a Whisper code; null: unknown.
+        follow_user_language: when a turn's transcript is in another language (the STT detected it), the
+            system prompt asks for the reply in that language.
     """
 
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto",
@@ -99,7 +103,9 @@ class TransformersLM(TemplateTools, LLMStage):
                  temperature: Annotated[float, Range(0, 5)] = 0.0, cache_dir: str | None = None,
                  tools: str | None = None, repetition_penalty: Annotated[float, Range(1, 2)] = 1.15,
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS) -> None:
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 follow_user_language: bool = True) -> None:
         self.model_name = model
         self.device = device
         self.dtype = dtype
@@ -108,7 +114,7 @@ class TransformersLM(TemplateTools, LLMStage):
         self.repetition_penalty = repetition_penalty
         self.cache_dir = cache_dir
         self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
-                        history_tokens)
+                        history_tokens, language, follow_user_language)
         self._model: Any = None
         self._tokenizer: Any = None
 

@@ -10,7 +10,7 @@ from s2s.models import loadable, model_folder_error, model_source
 from s2s.sharing import shared_model
 from s2s.stage import require
 from s2s.stt.base import STTStage
-from s2s.stt.languages import WHISPER_LANGUAGES
+from s2s.languages import WHISPER_LANGUAGES
 
 log = logging.getLogger(__name__)
 RATE = 16000

@@ -8,7 +8,7 @@ from s2s.models import loadable, model_folder_error
 from s2s.runtimes import Runtime
 from s2s.stage import require
 from s2s.stt.base import STTStage
-from s2s.stt.languages import WHISPER_LANGUAGES
+from s2s.languages import WHISPER_LANGUAGES
 
 
 class MLXWhisperSTT(STTStage):

@@ -10,7 +10,7 @@ from s2s.config_errors import OneOf, Range, ValidationContext
 from s2s.openai_api import cause, check_base_url, connect, detail
 from s2s.stage import require
 from s2s.stt.base import STTStage, TranscriptionFailed
-from s2s.stt.languages import WHISPER_LANGUAGES
+from s2s.languages import WHISPER_LANGUAGES
 
 
 def wav_bytes(samples: Any, rate: int) -> bytes:

@@ -8,7 +8,7 @@ from s2s.models import local_path, model_folder_error
 from s2s.runtimes import ByBackend, Runtime
 from s2s.stage import require
 from s2s.stt.base import STTStage
-from s2s.stt.languages import WHISPER_LANGUAGES
+from s2s.languages import WHISPER_LANGUAGES
 
 # Published checkpoints by name: onnx-asr's model names (istupakov's ONNX exports) and mlx-community's repos.
 MODELS = {

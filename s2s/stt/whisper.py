@@ -8,7 +8,7 @@ from s2s.config_errors import OneOf, Range, ValidationContext
 from s2s.models import loadable, model_folder_error
 from s2s.stage import require
 from s2s.stt.base import STTStage
-from s2s.stt.languages import WHISPER_LANGUAGES
+from s2s.languages import WHISPER_LANGUAGES
 
 
 class WhisperSTT(STTStage):
