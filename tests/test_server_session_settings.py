@@ -115,13 +115,19 @@ def test_stage_rules_ask_the_configured_stages(tmp_path):
 
 
 def test_each_tts_declares_voice_and_speed_keys_of_its_own_constructor():
+    import importlib
     import inspect
 
-    from s2s.tts import base, chattts, kokoro, kokoro_onnx, mms, piper, pocket, qwen3
+    from omegaconf import OmegaConf
 
-    classes = [kokoro.KokoroTTS, kokoro_onnx.KokoroOnnxTTS, piper.PiperTTS, pocket.PocketTTS, qwen3.Qwen3TTS,
-               mms.MmsTTS, chattts.ChatTTSTTS]
+    from conftest import CONF_DIR
+    from s2s.tts import base
+
+    targets = {OmegaConf.load(path).get("_target_") for path in (CONF_DIR / "tts").glob("*.yaml")} - {None}
+    classes = [getattr(importlib.import_module(target.rpartition(".")[0]), target.rpartition(".")[2])
+               for target in sorted(targets)]  # every backend a config names, a new one included
     keys = {cls.__name__: (cls.voice_key, cls.speed_key) for cls in classes}
+    assert {"PiperTTS", "SupertonicTTS", "Qwen3TTS", "ChatTTSTTS"} <= set(keys)
     assert keys["PiperTTS"] == ("speaker", "speed") and keys["KokoroOnnxTTS"] == ("voice", "speed")
     assert keys["ChatTTSTTS"] == (None, None) and keys["MmsTTS"] == (None, "speaking_rate")
     for cls in classes:
