@@ -9,19 +9,20 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+from s2s import tracing
 from s2s.config import StageSpec, describe_graph, validate
-from s2s.config_errors import EXIT_CONFIG, ConfigErrors
+from s2s.config_errors import EXIT_CONFIG, ConfigError, ConfigErrors
 from s2s.graph import Graph, Interrupted, StageSetupError
 from s2s.metrics import Recorder, format_figures
 from s2s.platform import release_memory
-from s2s.stage import Stage
+from s2s.stage import MissingExtraError, Stage
 from s2s.torch_support import empty_caches
 
 log = logging.getLogger("s2s")
@@ -66,17 +67,22 @@ def main(cfg: DictConfig) -> int:
         The exit code: 0 ok, 1 a stage failed, 2 (``EXIT_CONFIG``) a bad config, 130/143 interrupted. After an
         interruption or a stage that would not stop, the process may end here without interpreter teardown.
     """
+    errors: list[ConfigError] = []
     try:
         specs = validate(cfg)
-    except ConfigErrors as errors:
-        for error in errors.errors:
+    except ConfigErrors as problems:
+        specs, errors = [], list(problems.errors)
+    reported = {error.key for error in errors}  # a tracing._target_ outside s2s is validate's to report
+    errors += [error for error in tracing.read_settings(cfg)[1] if error.key not in reported]
+    if errors:
+        for error in errors:
             print(f"config error: {error}", file=sys.stderr)
-        _write_status(cfg, "config_error", str(errors))
+        _write_status(cfg, "config_error", str(ConfigErrors(errors)))
         return EXIT_CONFIG
     if cfg.get("server"):  # server=realtime: one graph per client session instead of one run over source/sink
         from s2s import server
 
-        return server.main(cfg, specs)
+        return _traced(cfg, lambda: server.main(cfg, specs))
     if cfg.dry_run:
         print(describe_graph(cfg, specs))
         return 0
@@ -84,8 +90,29 @@ def main(cfg: DictConfig) -> int:
         print(f"config error: output_dir={cfg.output_dir}: invalid; expected a folder no other run has written "
               f"(it holds an earlier run's metrics.json)", file=sys.stderr)
         return EXIT_CONFIG
+    return _traced(cfg, lambda: _run(cfg, specs))
+
+
+def _traced(cfg: DictConfig, job: Callable[[], int]) -> int:
+    """``job``'s exit code, with the process's tracing set up first (not for a dry run) and shut down after."""
+    if not cfg.dry_run:
+        try:
+            tracing.start(cfg)
+        except MissingExtraError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+    try:
+        return job()
+    finally:
+        tracing.shutdown()
+
+
+def _run(cfg: DictConfig, specs: list[StageSpec]) -> int:
+    """One run over the configured source and sink; the exit code."""
     recorder = Recorder(cfg.output_dir, last_stage=specs[-1].group, console=True,
                         run_info={"stages": {spec.group: spec.target for spec in specs}})
+    tracing.follow(cfg, recorder, "run", specs, {"s2s.platform": str(cfg.platform.name),
+                                                 "s2s.output_dir": str(Path(cfg.output_dir).resolve())})
     graph: Graph | None = None
     with signals_as_interrupt():
         try:
@@ -160,6 +187,7 @@ def _close(graph: Graph | None) -> None:
 
 def _exit_now(code: int) -> None:
     """End the process without interpreter teardown (results are already written and closed)."""
+    tracing.shutdown()  # the last spans, bounded: nothing runs after os._exit
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()

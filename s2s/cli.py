@@ -111,14 +111,18 @@ def explain_refusal(compose: Any, overrides: list[str], error: Exception) -> lis
             break
     problems += [_explain(culprit, cfg) for culprit in culprits]
     if cfg is not None:  # the rest composed: report its bad values in the same pass
+        from s2s import tracing
         from s2s.config import validate
 
         with open_dict(cfg):  # nothing runs: the run folder Hydra would make is not needed to check values
             cfg.output_dir = "."
+        reported: set[str] = set()
         try:
             validate(cfg)
         except ConfigErrors as errors:
             problems += [str(e) for e in errors.errors]
+            reported = {e.key for e in errors.errors}
+        problems += [str(e) for e in tracing.read_settings(cfg)[1] if e.key not in reported]
     return problems
 
 

@@ -13,7 +13,7 @@ import statistics
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from s2s import audio
 from s2s.platform import machine_info, peak_memory_mb
@@ -53,9 +53,11 @@ class Turn:
     llm_end: float | None = None
     tts_start: float | None = None
     tts_first_audio: float | None = None
+    tts_end: float | None = None  # the TTS finished the turn's last piece of text
     tts_busy_s: float = 0.0
     first_reply_at_sink: float | None = None
     lead_silence_s: float = 0.0  # silence at the start of that first block: the user hears sound this much later
+    finished_at: float | None = None  # its TurnEnd left the last stage
     reported: dict[str, float] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)  # metrics with details: tool calls, LLM errors
 
@@ -104,6 +106,14 @@ class Turn:
                 **({"events": self.events} if self.events else {})}
 
 
+class TurnListener(Protocol):
+    """Told of each turn once its record is final, and of the end (a tracer: :mod:`s2s.turn_spans`)."""
+
+    def turn_finished(self, turn: Turn, record: dict[str, Any]) -> None: ...
+
+    def recording_finished(self, status: str, error: str | None) -> None: ...
+
+
 class Recorder:
     """Observer that builds turn records and writes transcript.jsonl and metrics.json into ``output_dir``.
 
@@ -112,7 +122,8 @@ class Recorder:
 
     A speculative turn is held (no console line, no record) until the turn gate confirms it, and forgotten
     when the gate discards it. The graph hands the Recorder its gate (``watch``); an observer that does not
-    pass it on leaves the Recorder its own gate, fed with the messages it sees.
+    pass it on leaves the Recorder its own gate, fed with the messages it sees. Listeners (``listen``) hear of
+    confirmed turns only, so a discarded attempt reaches no trace either.
     """
 
     def __init__(self, output_dir: str | Path, last_stage: str = "sink",
@@ -134,6 +145,11 @@ class Recorder:
         self._gate = TurnGate()  # until a graph hands over its own: then the graph feeds it, not us
         self._own_gate = True
         self._gate.listen(self.on_turn)
+        self._listeners: list[TurnListener] = []
+
+    def listen(self, listener: TurnListener) -> None:
+        """Tell ``listener`` of every turn whose record is final (outside the lock), then of the end."""
+        self._listeners.append(listener)
 
     def watch(self, gate: TurnGate) -> None:
         """Follow ``gate`` (the graph's) instead of a gate of our own."""
@@ -184,7 +200,9 @@ class Recorder:
             if isinstance(message, Transcript):
                 self._turn(message.turn).llm_end = now
             elif isinstance(message, ReplyText) and message.turn in self._tts_open:
-                self._turn(message.turn).tts_busy_s += now - self._tts_open.pop(message.turn)
+                turn = self._turn(message.turn)
+                turn.tts_busy_s += now - self._tts_open.pop(message.turn)
+                turn.tts_end = now
 
     def on_output(self, stage: str, message: Message, now: float) -> None:
         finished: Turn | None = None
@@ -216,7 +234,7 @@ class Recorder:
                 turn.reply_audio_s += message.duration_s
             elif isinstance(message, TurnEnd) and stage == self.last_stage:
                 finished = self._turn(message.turn)
-                finished.complete = True
+                finished.complete, finished.finished_at = True, now
                 if not (finished.user or finished.assistant):  # e.g. a noise the STT found no words in
                     del self.turns[message.turn]
                     finished = None
@@ -245,6 +263,9 @@ class Recorder:
         log.info("turn %d: %s | %r -> %r", turn.turn, format_figures(record["timings"]), turn.user,
                  record["assistant"])
         self.write()
+        if not turn.speculative:
+            for listener in self._listeners:
+                listener.turn_finished(turn, record)
 
     def _kept(self) -> list[Turn]:
         """Turns in order, without a speculative attempt that was never confirmed (it may not leave a trace)."""
@@ -277,10 +298,15 @@ class Recorder:
         """Write turns that never completed (stopped mid-way) to the transcript, then the final metrics."""
         with self._lock:
             unfinished = [turn for turn in self._kept() if not turn.complete and (turn.user or turn.assistant)]
+        records = [(turn, turn.record()) for turn in unfinished]
         with self.transcript_path.open("a", encoding="utf-8") as file:
-            for turn in unfinished:
-                file.write(json.dumps(turn.record(), ensure_ascii=False) + "\n")
+            for _, record in records:
+                file.write(json.dumps(record, ensure_ascii=False) + "\n")
         self.write(status, error)
+        for listener in self._listeners:
+            for turn, record in records:
+                listener.turn_finished(turn, record)
+            listener.recording_finished(status, error)
 
 
 def format_figures(figures: dict[str, float | None]) -> str:

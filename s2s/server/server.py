@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from omegaconf import DictConfig
 
-from s2s import sharing
+from s2s import sharing, tracing
 from s2s.config import StageSpec, describe_graph
 from s2s.config_errors import EXIT_CONFIG
 from s2s.graph import StageSetupError
@@ -251,6 +251,7 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
 
         session = Session(session_id, cfg, specs, pipeline, settings, send,
                           sessions_dir / f"{registry.count:04d}-{session_id}", model=query.get("model", ["s2s"])[0])
+        tracing.follow(cfg, session.recorder, "session", specs, {"session.id": session_id})
         registry.active[session_id] = session
         log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,
                  pool.size)
