@@ -11,6 +11,6 @@ from typing import Any
 
 def main(cfg: Any, specs: Any) -> int:
     """Serve (or, with ``dry_run=true``, print the graph each session would get); returns the exit code."""
-    from s2s.server.server import main as serve
+    from s2s.server.launch import main as serve
 
     return serve(cfg, specs)
