@@ -199,3 +199,15 @@ def test_a_replica_that_cannot_set_up_its_pipelines_fails_the_start_with_the_sta
     assert errors == [line for line in errors if "a replica could not set up its pipelines: stage 'stt' could not "
                       "start" in line] and len(errors) == 1, result.stderr[-3000:]
     assert "listening on" not in result.stdout
+
+
+def test_a_cluster_without_a_driver_gets_the_application_from_serves_builder(tmp_path):
+    """``serve run`` / ``serve deploy`` / a RayService import s2s.server.ray_service:app; it checks as run.py does."""
+    from ray.serve import Application
+
+    from s2s.server.ray_service import app
+
+    built = app({"overrides": "llm=echo server.replicas=3 server.host=0.0.0.0", "output_dir": str(tmp_path)})
+    assert isinstance(built, Application)
+    with pytest.raises(ValueError, match=r"^config error: server\.replicas=0: invalid; expected a number from 1"):
+        app({"overrides": ["llm=echo", "server.replicas=0"], "output_dir": str(tmp_path)})

@@ -12,7 +12,7 @@ import sys
 from omegaconf import DictConfig
 
 from s2s.config import StageSpec, describe_graph
-from s2s.config_errors import EXIT_CONFIG
+from s2s.config_errors import EXIT_CONFIG, ConfigError
 from s2s.server import ray_engine
 from s2s.server.handshake import PATH
 from s2s.server.pipelines import check_shape
@@ -20,12 +20,18 @@ from s2s.server.server import serve_local, session_specs
 from s2s.server.settings import ServerSettings, read_settings
 
 
-def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
-    """Serve until SIGINT/SIGTERM; returns the exit code (0 stopped, 1 could not start, 2 bad config)."""
+def checked(cfg: DictConfig, specs: list[StageSpec]) -> tuple[ServerSettings | None, list[ConfigError]]:
+    """The server's settings, or None and every problem of its keys, its pipeline and (Ray) its cluster."""
     settings, errors = read_settings(cfg)
     errors += check_shape(specs)
     if settings is not None and settings.engine == "ray":
         errors += ray_engine.config_errors(settings, specs)
+    return (None, errors) if errors else (settings, [])
+
+
+def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
+    """Serve until SIGINT/SIGTERM; returns the exit code (0 stopped, 1 could not start, 2 bad config)."""
+    settings, errors = checked(cfg, specs)
     if errors:
         for error in errors:
             print(f"config error: {error}", file=sys.stderr)

@@ -198,6 +198,8 @@ class Front:
         self.front = FrontServer(settings, settings.replicas, replica_key)
         self.loop = LoopThread("s2s-front", self.front.run)
         self.port = self.loop.start()
+        # not "listening on ws://...": the driver prints that line once every replica is ready
+        log.info("front: the endpoint is %s:%d, for %d replica(s)", settings.host, self.port, settings.replicas)
 
     def address(self) -> tuple[str, int]:
         return self.settings.host, self.port
@@ -219,7 +221,7 @@ class Front:
 
 
 def build_app(config: dict[str, Any], settings: ServerSettings, replica_key: str, replica_host: str | None,
-              front_node: str) -> Any:
+              front_node: str | None) -> Any:
     """The Serve application: :class:`Front` pinned to ``front_node`` and ``settings.replicas`` :class:`Replica`.
 
     Args:
@@ -227,18 +229,20 @@ def build_app(config: dict[str, Any], settings: ServerSettings, replica_key: str
         settings: the validated server settings.
         replica_key: a fresh secret; the replicas' ports accept only it.
         replica_host: where replicas bind (127.0.0.1 on a local instance); None: each node's own address.
-        front_node: the driver's node address: the front listens there, where the user asked.
+        front_node: the driver's node address: the front listens there, where the user asked; None: the head
+            node (a Serve config deployed to a cluster, e.g. KubeRay's RayService, has no driver).
     """
     from ray import serve
 
     common = {"health_check_period_s": HEALTH_PERIOD_S, "max_constructor_retry_count": 1,
-              "graceful_shutdown_timeout_s": 10}
+              "graceful_shutdown_timeout_s": 10,  # no line per heartbeat: Serve's access log stays off
+              "logging_config": {"enable_access_log": False, "log_level": "WARNING"}}
     replica = serve.deployment(Replica, name="Replica", **common).options(
         num_replicas=settings.replicas, health_check_timeout_s=30,
         ray_actor_options={"num_cpus": settings.replica_cpus, "num_gpus": settings.replica_gpus})
     front = serve.deployment(Front, name="Front", **common).options(
         num_replicas=1, max_ongoing_requests=1000, health_check_timeout_s=10,
-        ray_actor_options={"num_cpus": 0, "resources": {f"node:{front_node}": 0.001}})
+        ray_actor_options={"num_cpus": 0, "resources": {f"node:{front_node or '__internal_head__'}": 0.001}})
     # host None: the replica binds its node's address (ServerSettings.host is a str once the replica has it)
     replica_settings = dataclasses.replace(settings, host=replica_host, port=0, api_key=replica_key)  # type: ignore
     return front.bind(settings, replica_key, replica.bind(config, replica_settings))

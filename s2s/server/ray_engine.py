@@ -199,8 +199,7 @@ def _deploy_and_serve(cfg: DictConfig, settings: ServerSettings, local: bool, st
 
     def deploy() -> None:
         try:
-            serve.run(app, name=APP, route_prefix=None,
-                      logging_config={"enable_access_log": False, "log_level": "WARNING"})
+            serve.run(app, name=APP, route_prefix=None)
         except BaseException as error:
             failure.append(error)
 
