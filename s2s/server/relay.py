@@ -138,7 +138,9 @@ class Front:
             log.info("refused a session: %d replica(s) ready, none has a free pipeline", len(ready))
             await refuse(connection, f"all {sum(e.max_sessions for e in ready)} sessions of the {len(ready)} ready "
                                      f"replica(s) of {self.wanted} are in use (server.replicas x "
-                                     f"server.max_sessions); try again later")
+                                     f"server.max_sessions); try again later" if ready else
+                                     f"none of the {self.wanted} replica(s) is ready (server.replicas: starting, "
+                                     f"or replacing one that stopped); try again later")
             return
         upstream, first = opened
         session_id = json.loads(first).get("session", {}).get("id")
