@@ -141,3 +141,14 @@ def test_a_missing_base_package_points_at_the_setup_script():
         require("s2s_no_such_module", backend="stt=faster_whisper", extra=None)
     with pytest.raises(MissingExtraError, match=r"pip install -e '\.\[kokoro\]'"):
         require("s2s_no_such_module", backend="tts=kokoro", extra="kokoro")
+
+
+def test_the_ray_extra_brings_serve_with_the_server():
+    """server.engine=ray needs Ray Serve's own dependencies (``ray[serve]``), not bare ray (the sweep extra's)."""
+    extra = [Requirement(r) for r in PROJECT["optional-dependencies"]["ray"]]
+    ray = next(r for r in extra if r.name == "ray")
+    assert "serve" in ray.extras and any(r.name == "s2s" and "server" in r.extras for r in extra)
+    assert all("ray" in Requirement(r).extras for key in ("test", "all")
+               for r in PROJECT["optional-dependencies"][key] if r.startswith("s2s["))
+    if _installed("ray"):
+        assert metadata.version("ray") in ray.specifier

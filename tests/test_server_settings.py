@@ -34,6 +34,9 @@ def test_the_config_group_binds_to_the_signature(tmp_path):
     ("server.api_key=short", "server.api_key=<hidden>: invalid; expected null or a key of 8+ characters"),
     ("server.host=", "server.host=: invalid; expected a host name or address"),
     ("+server.workers=4", "server.workers=4: invalid; expected a known key; "),
+    ("server.engine=swarm", "server.engine=swarm: invalid; expected one of local, ray"),
+    ("server.replica_cpus=2", "server.replica_cpus=2: invalid; expected 1 with server.engine=local (replicas need "
+                              "server.engine=ray)"),
 ])
 def test_a_bad_value_is_one_line_naming_the_key(override, expected, tmp_path):
     settings, [message] = settings_of(override, tmp_path=tmp_path)
@@ -54,4 +57,4 @@ def test_every_numeric_setting_declares_its_range():
     bases = {name: typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
              for name, hint in hints.items()}
     numeric = [name for name, base in bases.items() if base in (int, float)]
-    assert len(numeric) == 7 and [name for name in numeric if not _constraints(hints[name])] == []
+    assert len(numeric) == 10 and [name for name in numeric if not _constraints(hints[name])] == []

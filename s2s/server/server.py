@@ -3,19 +3,20 @@
 ``ws://HOST:PORT/v1/realtime`` speaks the Realtime protocol (the official ``openai`` SDK connects unchanged with
 ``OpenAI(base_url="http://HOST:PORT/v1", api_key=KEY).realtime.connect(model=...)``). ``GET /v1/sessions``
 shows every session's per-turn figures as JSON; ``GET /health`` answers ``ok``; ``GET /`` is a browser page
-(``s2s/server/page/``) that talks to the same endpoint from the microphone.
+(``s2s/server/page/``) that talks to the same endpoint from the microphone. :class:`SessionServer` is one
+process's sessions over one pool of pipelines: the whole server with ``server.engine=local``, one replica
+with ``server.engine=ray`` (``s2s/server/ray_app.py``).
 """
 from __future__ import annotations
 
 import asyncio
-import hmac
 import http
-import json
 import logging
 import signal
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -23,27 +24,19 @@ from urllib.parse import parse_qs, urlsplit
 from omegaconf import DictConfig
 
 from s2s import sharing, tracing
-from s2s.config import StageSpec, describe_graph
-from s2s.config_errors import EXIT_CONFIG
+from s2s.config import StageSpec
 from s2s.graph import StageSetupError
 from s2s.server import protocol
+from s2s.server.handshake import PATH, listen, refuse
 from s2s.server.outbox import Close, Send
-from s2s.server.pipelines import Pool, check_shape
+from s2s.server.pipelines import Pool
 from s2s.server.protocol import ProtocolError, dumps
 from s2s.server.session import Session
-from s2s.server.settings import ServerSettings, read_settings
+from s2s.server.settings import ServerSettings
 from s2s.server.stages import SocketSink, SocketSource
 from s2s.stage import require
 
 log = logging.getLogger("s2s.server")
-PATH = "/v1/realtime"
-PAGE_DIR = Path(__file__).resolve().parent / "page"
-PAGE_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-              ".css": "text/css; charset=utf-8"}
-# Browsers cannot set headers on a WebSocket, so their clients offer the key as a subprotocol next to "realtime"
-# (as OpenAI's browser clients do); the server only ever answers "realtime", so the key is not echoed back.
-KEY_SUBPROTOCOL = "openai-insecure-api-key."
-FRAME_HARD_CAP = 4  # frames over max_frame_bytes * this close the connection (1009) instead of an error event
 
 
 def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
@@ -52,26 +45,18 @@ def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
             StageSpec(specs[-1].group, "s2s.server.stages.SocketSink", SocketSink, {})]
 
 
-def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
-    """Serve until SIGINT/SIGTERM; returns the exit code (0 stopped, 1 could not start, 2 bad config)."""
-    settings, errors = read_settings(cfg)
-    errors += check_shape(specs)
-    if errors:
-        for error in errors:
-            print(f"config error: {error}", file=sys.stderr)
-        return EXIT_CONFIG
-    assert settings is not None
-    if cfg.dry_run:
-        print(f"server: ws://{settings.host}:{settings.port}{PATH}, max_sessions={settings.max_sessions}, "
-              f"api_key={'set' if settings.api_key else 'none'}; each session gets its own")
-        print(describe_graph(cfg, session_specs(specs)))
-        return 0
+def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSettings) -> int:
+    """``server.engine=local``: one process, ``max_sessions`` pipelines; serve until SIGINT/SIGTERM.
+
+    Returns:
+        The exit code: 0 stopped, 1 could not start, 130 interrupted during setup.
+    """
     require("websockets", backend="server=realtime", extra="server")
     sharing.enable()  # the pipelines share weights where the backend allows it (faster-whisper, transformers, onnx)
     pool = Pool(specs, settings.max_sessions)
     try:
         pool.setup(warm_up=bool(cfg.runner.warm_up))
-        return asyncio.run(_serve(cfg, specs, pool, settings))
+        return asyncio.run(_serve(SessionServer(cfg, specs, pool, settings, Path(cfg.output_dir) / "sessions")))
     except StageSetupError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -84,16 +69,56 @@ def main(cfg: DictConfig, specs: list[StageSpec]) -> int:
         pool.close()
 
 
-class _Registry:
-    """Sessions now and recently ended, for ``GET /v1/sessions``."""
+async def _serve(server: SessionServer) -> int:
+    """Listen until SIGINT or SIGTERM; returns 0 once stopped."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    settings = server.settings
 
-    def __init__(self) -> None:
+    def announce(port: int) -> None:
+        print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="
+              f"{settings.max_sessions}, api key {'required' if settings.api_key else 'not required'}); "
+              f"sessions' metrics at http://{settings.host}:{port}/v1/sessions; a browser page at "
+              f"http://{settings.host}:{port}/", flush=True)
+
+    await server.run(stop, announce)
+    log.info("stopping: closing %d session(s)", len(server.active))
+    return 0
+
+
+class SessionServer:
+    """One process's sessions: a :class:`Session` per WebSocket connection, each on a pipeline of ``pool``.
+
+    Each connection borrows a pipeline for its whole life, or is refused with a ``session_limit_reached``
+    error and close code 1013 when all are out. A session runs a reader (one client frame at a time into
+    :meth:`Session.handle`) and a writer task (the outbox into the socket). When the client goes, goes quiet
+    for ``server.idle_timeout_s``, or the server stops, the writer drains, the session closes (in an executor:
+    it joins the graph's threads) and the pipeline goes back to the pool, reset. It is also the
+    :class:`~s2s.server.handshake.ReadOuts` of its socket: sessions now and recently ended.
+
+    Args:
+        cfg: the composed config; each session's graph is built from it.
+        specs: its validated stages.
+        pool: the pipelines, already set up.
+        settings: where to listen and what clients may send.
+        sessions_dir: each session writes ``<n>-<id>/transcript.jsonl`` and ``metrics.json`` here.
+    """
+
+    def __init__(self, cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: ServerSettings,
+                 sessions_dir: Path) -> None:
+        self.cfg, self.specs, self.pool, self.settings, self.sessions_dir = cfg, specs, pool, settings, sessions_dir
         self.active: dict[str, Session] = {}
         self.ended: deque[dict[str, Any]] = deque(maxlen=200)
         self.count = 0
         self.refused = 0
 
-    def document(self, settings: ServerSettings) -> dict[str, Any]:
+    async def run(self, stop: asyncio.Event, on_listening: Callable[[int], None]) -> None:
+        """Listen on ``settings.host:port`` until ``stop`` is set; ``on_listening`` gets the bound port."""
+        await listen(self.handler, self.settings, self, stop, on_listening)
+
+    async def sessions(self) -> dict[str, Any]:
         def safe(session: Session) -> dict[str, Any]:
             for _ in range(3):  # the graph's threads may add a turn while we read
                 try:
@@ -102,157 +127,35 @@ class _Registry:
                     time.sleep(0.01)
             return {"id": session.id, "status": session.status}
 
-        return {"max_sessions": settings.max_sessions, "active": len(self.active), "refused": self.refused,
+        return {"max_sessions": self.settings.max_sessions, "active": len(self.active), "refused": self.refused,
                 "sessions": [*self.ended, *(safe(s) for s in list(self.active.values()))]}
 
+    def health(self) -> tuple[http.HTTPStatus, dict[str, Any]]:
+        return http.HTTPStatus.OK, {"status": "ok"}
 
-def _json_response(status: http.HTTPStatus, body: dict[str, Any]) -> Any:
-    from websockets.datastructures import Headers
-    from websockets.http11 import Response
-
-    data = json.dumps(body, indent=2).encode()
-    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(data))),
-                       ("Connection", "close")])
-    return Response(status.value, status.phrase, headers, data)
-
-
-def _page_response(path: str) -> Any:
-    """A file of the browser page (``/`` is its index.html), or None when ``path`` is not one of them."""
-    from websockets.datastructures import Headers
-    from websockets.http11 import Response
-
-    name = "index.html" if path == "/" else path.removeprefix("/page/")
-    files = {file.name: file for file in PAGE_DIR.iterdir() if file.suffix in PAGE_TYPES} if PAGE_DIR.is_dir() else {}
-    if (path != "/" and not path.startswith("/page/")) or name not in files:
-        return None
-    data = files[name].read_bytes()
-    headers = Headers([("Content-Type", PAGE_TYPES[files[name].suffix]), ("Content-Length", str(len(data))),
-                       ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"),
-                       ("Referrer-Policy", "no-referrer"),
-                       ("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; "
-                                                   "img-src 'self' data:; frame-ancestors 'none'"),
-                       ("Connection", "close")])
-    return Response(http.HTTPStatus.OK.value, http.HTTPStatus.OK.phrase, headers, data)
-
-
-def _subprotocol_key(headers: Any) -> str | None:
-    """The key a browser offered as ``openai-insecure-api-key.<key>`` in ``Sec-WebSocket-Protocol``, if any."""
-    for value in headers.get_all("Sec-WebSocket-Protocol"):
-        for offered in value.split(","):
-            if offered.strip().startswith(KEY_SUBPROTOCOL):
-                return offered.strip()[len(KEY_SUBPROTOCOL):]
-    return None
-
-
-def _authorized(settings: ServerSettings, header: str | None, subprotocol_key: str | None = None) -> bool:
-    if not settings.api_key:
-        return True
-    expected = settings.api_key.encode()
-    if subprotocol_key is not None and hmac.compare_digest(subprotocol_key.encode(), expected):
-        return True
-    scheme, _, key = (header or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), expected)
-
-
-def _select_subprotocol(connection: Any, offered: Any) -> str | None:
-    """Answer "realtime" to a client that offers it (a browser fails a handshake whose offer gets no answer)."""
-    return "realtime" if "realtime" in offered else None
-
-
-def _route(request: Any, settings: ServerSettings, registry: _Registry) -> Any:
-    """The HTTP answer to a request, or None to go on with the WebSocket handshake of :data:`PATH`.
-
-    ``/health`` and the browser page (``/``, ``/page/*``: it holds no key, it asks the user for one) answer
-    without a key; every other path needs the API key when one is set, as a Bearer header or, from a browser,
-    as the ``openai-insecure-api-key.<key>`` WebSocket subprotocol. A browser page of another site (an
-    ``Origin`` that is not this server) is refused even without a key: it could otherwise reach a
-    keyless server on localhost from any tab.
-    """
-    path = urlsplit(request.path).path.rstrip("/") or "/"
-    if path == "/health":
-        return _json_response(http.HTTPStatus.OK, {"status": "ok"})
-    if (page := _page_response(path)) is not None:
-        return page
-    origin = request.headers.get("Origin")
-    if origin and urlsplit(origin).netloc != request.headers.get("Host", ""):  # another site, in a user's browser
-        log.info("refused a connection to %s from a page of %s", path, origin)
-        return _json_response(http.HTTPStatus.FORBIDDEN, {"error": {
-            "type": "invalid_request_error", "code": "origin_not_allowed",
-            "message": f"a page from {origin} may not use this server: only the server's own page (same origin) "
-                       f"and clients that send no Origin header (SDKs, s2s.client) may"}})
-    if not _authorized(settings, request.headers.get("Authorization"), _subprotocol_key(request.headers)):
-        log.info("refused a connection to %s: missing or wrong API key", path)
-        return _json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
-            "type": "invalid_request_error", "code": "invalid_api_key",
-            "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>' (from a browser: "
-                       "the WebSocket subprotocols 'realtime', 'openai-insecure-api-key.<server.api_key>')"}})
-    if path == "/v1/sessions":
-        return _json_response(http.HTTPStatus.OK, registry.document(settings))
-    if path != PATH:
-        return _json_response(http.HTTPStatus.NOT_FOUND, {"error": {
-            "type": "invalid_request_error", "code": "not_found",
-            "message": f"no such endpoint {path}; the realtime endpoint is {PATH}"}})
-    if request.headers.get("Upgrade", "").lower() != "websocket":
-        return _json_response(http.HTTPStatus.UPGRADE_REQUIRED, {"error": {
-            "type": "invalid_request_error", "code": "websocket_required",
-            "message": f"{PATH} is a WebSocket endpoint"}})
-    return None
-
-
-async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: ServerSettings) -> int:
-    """Listen until SIGINT or SIGTERM: HTTP read-outs, and one :class:`Session` per WebSocket connection.
-
-    Each connection borrows a pipeline from ``pool`` for its whole life, or is refused with a
-    ``session_limit_reached`` error and close code 1013 when all are out. A session runs a reader (this
-    coroutine: one client frame at a time into :meth:`Session.handle`) and a writer task (the outbox into
-    the socket). When the client goes, goes quiet for ``server.idle_timeout_s``, or the server stops, the
-    writer drains, the session closes (in an executor: it joins the graph's threads) and the pipeline goes
-    back to the pool, reset.
-
-    Args:
-        cfg: the composed config; each session's graph is built from it.
-        specs: its validated stages.
-        pool: the pipelines, already set up.
-        settings: where to listen and what clients may send.
-
-    Returns:
-        0 once stopped.
-    """
-    from websockets.asyncio.server import serve
-    from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
-
-    registry = _Registry()
-    sessions_dir = Path(cfg.output_dir) / "sessions"
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-
-    async def handler(connection: Any) -> None:
+    async def handler(self, connection: Any) -> None:
         """One client connection, from the session limit check to the pipeline's return to the pool."""
+        from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+
+        settings, pool = self.settings, self.pool
         pipeline = pool.acquire()
         if pipeline is None:
-            registry.refused += 1
+            self.refused += 1
             log.info("refused a session: all %d are in use", settings.max_sessions)
-            error = ProtocolError("session_limit_reached", f"all {settings.max_sessions} sessions of this server "
-                                                           f"are in use (server.max_sessions); try again later")
-            try:
-                await connection.send(dumps(protocol.error_event(error)))
-                await connection.close(1013, "session limit reached")
-            except ConnectionClosed:
-                pass
+            await refuse(connection, f"all {settings.max_sessions} sessions of this server are in use "
+                                     f"(server.max_sessions); try again later")
             return
-        registry.count += 1
+        self.count += 1
         session_id = protocol.new_id("sess")
         query = parse_qs(urlsplit(connection.request.path).query)
 
         async def send(server_event: dict[str, Any]) -> None:
             await connection.send(dumps(server_event))
 
-        session = Session(session_id, cfg, specs, pipeline, settings, send,
-                          sessions_dir / f"{registry.count:04d}-{session_id}", model=query.get("model", ["s2s"])[0])
-        tracing.follow(cfg, session.recorder, "session", specs, {"session.id": session_id})
-        registry.active[session_id] = session
+        session = Session(session_id, self.cfg, self.specs, pipeline, settings, send,
+                          self.sessions_dir / f"{self.count:04d}-{session_id}", model=query.get("model", ["s2s"])[0])
+        tracing.follow(self.cfg, session.recorder, "session", self.specs, {"session.id": session_id})
+        self.active[session_id] = session
         log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,
                  pool.size)
         writer = asyncio.create_task(_write(session))
@@ -278,29 +181,16 @@ async def _serve(cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: 
                 await asyncio.wait_for(writer, 5.0)
             except (TimeoutError, ConnectionClosed, asyncio.CancelledError):
                 writer.cancel()
-            await loop.run_in_executor(None, session.close, status)
-            registry.ended.append(session.describe())  # before the pipeline is reset: its history is the session's
+            await asyncio.get_running_loop().run_in_executor(None, session.close, status)
+            self.ended.append(session.describe())  # before the pipeline is reset: its history is the session's
             pool.give_back(pipeline)
-            registry.active.pop(session_id, None)
+            self.active.pop(session_id, None)
             summary = session.recorder.summary()
             log.info("session %s: %s after %d turn(s), %d response(s) completed, %d cancelled; median "
                      "voice-to-voice %s s", session_id, status, summary["turns"], session.responses_completed,
                      session.responses_cancelled, summary["median"].get("voice_to_voice_s"))
             if status == "idle_timeout":
                 await connection.close(1000, "idle timeout")
-
-    hard_cap = settings.max_frame_bytes * FRAME_HARD_CAP
-    async with serve(handler, settings.host, settings.port, max_size=hard_cap,
-                     process_request=lambda connection, request: _route(request, settings, registry),
-                     select_subprotocol=_select_subprotocol, compression=None) as server:
-        port = server.sockets[0].getsockname()[1]
-        print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="
-              f"{settings.max_sessions}, api key {'required' if settings.api_key else 'not required'}); "
-              f"sessions' metrics at http://{settings.host}:{port}/v1/sessions; a browser page at "
-              f"http://{settings.host}:{port}/", flush=True)
-        await stop.wait()
-        log.info("stopping: closing %d session(s)", len(registry.active))
-    return 0
 
 
 async def _write(session: Session) -> None:

@@ -5,13 +5,13 @@ be, and the config validator (:func:`s2s.config.check_kwargs`) reads them, as it
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
 from omegaconf import DictConfig
 
 from s2s.config import check_kwargs, node_kwargs, stage_rule_errors, validation_context
-from s2s.config_errors import RATE, ConfigError, ConfigErrors, Range, ValidationContext
+from s2s.config_errors import RATE, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,13 @@ class ServerSettings:
         partial_transcripts_s: while the user speaks, the utterance so far is transcribed again after each this
             many seconds of new speech, and what it adds goes out as ``input_audio_transcription.delta``;
             null: one delta with the whole transcript, just before ``.completed``.
+        engine: ``local`` (this process holds every pipeline) or ``ray`` (Ray Serve replicas, each holding
+            ``max_sessions`` pipelines, behind one endpoint; ``RAY_ADDRESS`` joins a cluster).
+        replicas: with ``engine=ray``, how many replicas.
+        replica_cpus: with ``engine=ray``, the CPUs each replica reserves on the cluster; Ray gives its
+            libraries that many threads (``OMP_NUM_THREADS``) unless ``runner.threads`` says otherwise.
+        replica_gpus: with ``engine=ray``, the GPUs each replica reserves (needed for a stage on ``cuda``:
+            Ray hides the GPUs from a replica that asks for none).
     """
 
     host: str
@@ -43,10 +50,15 @@ class ServerSettings:
     max_instructions_chars: Annotated[int, Range(1)]
     idle_timeout_s: Annotated[float, Range(0, exclusive=True)]
     partial_transcripts_s: Annotated[float, Range(0.3, 10)] | None = 1.0
+    engine: Annotated[str, OneOf(("local", "ray"))] = "local"
+    replicas: Annotated[int, Range(1, 64)] = 1
+    replica_cpus: Annotated[float, Range(0, 256)] = 1.0
+    replica_gpus: Annotated[float, Range(0, 64)] = 0.0
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
-        """The rules one annotation cannot state: a host, a key long enough, and rates in order."""
+        """The rules one annotation cannot state: a host, a key long enough, rates in order, and no replica key
+        without ``engine=ray`` (it would be ignored)."""
         errors = []
         if not kwargs["host"]:
             errors.append(context.error("host", kwargs["host"], "a host name or address (127.0.0.1 keeps it on "
@@ -56,6 +68,11 @@ class ServerSettings:
         if kwargs["min_rate"] > kwargs["max_rate"]:
             errors.append(context.error("min_rate", kwargs["min_rate"], f"at most server.max_rate "
                                                                         f"({kwargs['max_rate']})"))
+        if kwargs.get("engine", "local") == "local":
+            defaults = {field.name: field.default for field in fields(cls) if field.name.startswith("replica")}
+            errors += [context.error(key, kwargs[key], f"{default:g} with server.engine=local (replicas need "
+                                                       f"server.engine=ray)")
+                       for key, default in defaults.items() if key in kwargs and kwargs[key] != default]
         if errors:
             raise ConfigErrors(errors)
 
