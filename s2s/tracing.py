@@ -20,9 +20,10 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
-from s2s.config import StageSpec, check_kwargs, node_kwargs, stage_rule_errors, validation_context
+from s2s.config import StageSpec, node_kwargs
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.metrics import Recorder
+from s2s.settings_node import bind
 from s2s.stage import require
 
 log = logging.getLogger("s2s.tracing")
@@ -170,12 +171,7 @@ def read_settings(cfg: DictConfig) -> tuple[Settings | None, list[ConfigError]]:
     if cls is NoTracing and kwargs:  # the signature's own message would list no keys
         return None, errors + [ConfigError(f"tracing.{key}", value, "no key under tracing=none; tracing=otlp or "
                                            "tracing=console first") for key, value in kwargs.items()]
-    context = validation_context(cfg, "tracing")
-    reported = {error.key for error in errors}
-    errors += [e for e in check_kwargs(cls, kwargs, context) if e.key not in reported]
-    if not errors:
-        errors = stage_rule_errors(cls, kwargs, context)
-    return (None, errors) if errors else (cls(**kwargs), [])
+    return bind(cls, kwargs, errors, cfg, "tracing")
 
 
 def one_line(span: Any) -> str:

@@ -10,8 +10,9 @@ from typing import Annotated, Any
 
 from omegaconf import DictConfig
 
-from s2s.config import check_kwargs, node_kwargs, stage_rule_errors, validation_context
+from s2s.config import node_kwargs
 from s2s.config_errors import RATE, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
+from s2s.settings_node import bind
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,4 @@ def read_settings(cfg: DictConfig) -> tuple[ServerSettings | None, list[ConfigEr
     _, kwargs, errors = node_kwargs(cfg.server, "server")
     if kwargs.get("api_key") == "":  # S2S_API_KEY set but empty: no key, as when it is unset
         kwargs["api_key"] = None
-    context = validation_context(cfg, "server")
-    reported = {error.key for error in errors}
-    errors += [e for e in check_kwargs(ServerSettings, kwargs, context) if e.key not in reported]
-    if not errors:
-        errors = stage_rule_errors(ServerSettings, kwargs, context)
-    return (None, errors) if errors else (ServerSettings(**kwargs), [])
+    return bind(ServerSettings, kwargs, errors, cfg, "server")
