@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from s2s.languages import LANGUAGE_NAMES, language_name as code_name
 from s2s.models import local_path
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 DEFAULT_SPEAKER = "Aiden"
 QUANTIZATIONS = {"ggml": ("BF16", "Q8_0", "Q4_K_M", "F32"), "mlx": ("bf16", "4bit", "6bit", "8bit")}
 DEFAULT_QUANTIZATION = {"ggml": "BF16", "mlx": "6bit"}
-LANGUAGES = {"en": "English", "zh": "Chinese", "ja": "Japanese", "de": "German", "fr": "French",
-             "es": "Spanish", "it": "Italian", "pt": "Portuguese", "ru": "Russian", "ko": "Korean"}
+# the languages Qwen3-TTS speaks, by the names it takes (the Whisper family's, s2s.languages)
+LANGUAGES = {code: LANGUAGE_NAMES[code] for code in ("en", "zh", "ja", "de", "fr", "es", "it", "pt", "ru", "ko")}
 
 Backend = Literal["ggml", "torch", "mlx"]
 
@@ -92,9 +93,8 @@ def language_name(value: str | None) -> str | None:
     value = value.strip().lower()
     if value == "auto":
         return "Auto"
-    if value.split("-")[0].split("_")[0] in LANGUAGES:
-        return LANGUAGES[value.split("-")[0].split("_")[0]]
-    return next((name for name in LANGUAGES.values() if name.lower() == value), None)
+    name = code_name(value) or next((name for name in LANGUAGES.values() if name.lower() == value), None)
+    return name if name in LANGUAGES.values() else None
 
 
 def mlx_quantized_repo(model: str, quantization: str | None) -> str:
