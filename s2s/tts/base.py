@@ -37,6 +37,9 @@ class TTSStage(Stage):
 
     ``runtime_keys`` are the constructor keywords a set-up stage can change in place, model kept
     (:meth:`apply_settings`); a change of any other key needs a new stage.
+
+    ``blocksize`` (samples; None: as the library makes them) regroups a backend's blocks into blocks of that
+    size before they are shaped (:func:`s2s.audio.reblock`).
     """
 
     accepts = (ReplyText,)
@@ -47,6 +50,7 @@ class TTSStage(Stage):
     voice_key: ClassVar[str | None] = None
     speed_key: ClassVar[str | None] = None
     runtime_keys: ClassVar[frozenset[str]] = frozenset()
+    blocksize: int | None = None
 
     def synthesize(self, text: str, language: str | None) -> Iterator[Any]:
         raise NotImplementedError
@@ -99,9 +103,12 @@ class TTSStage(Stage):
         assert isinstance(message, ReplyText)
         blocks = self.synthesize(message.text, message.language)
         shaper = audio.PauseShaper(self.sample_rate, self.lead_silence_s, self.max_pause_s)
+        converted = (audio.to_pipeline(block, self.sample_rate) for block in blocks)
+        if self.blocksize:
+            converted = audio.reblock(converted, self.blocksize)
         try:
-            for block in blocks:
-                samples = shaper.feed(audio.to_pipeline(block, self.sample_rate))
+            for block in converted:
+                samples = shaper.feed(block)
                 if len(samples):
                     yield ReplyAudio(samples, self.sample_rate, message.turn)
         finally:

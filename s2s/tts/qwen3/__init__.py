@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from s2s import audio
 from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.models import model_folder_error
 from s2s.runtimes import ByBackend, Runtime
@@ -190,6 +189,7 @@ class Qwen3TTS(TTSStage):
         # validated before construction (validate_config): here the arguments are only resolved
         self.settings = Settings.from_args({name: value for name, value in locals().items()
                                             if name not in ("self", "__class__")})
+        self.blocksize = self.settings.blocksize  # the base class regroups the blocks
         self._runtime: FasterQwen3 | MLXQwen3 | None = None
 
     @classmethod
@@ -218,11 +218,7 @@ class Qwen3TTS(TTSStage):
             turn_language = self.settings.language
         else:  # the STT's code for this turn, when the model speaks it
             turn_language = language_name(language) or "Auto"
-        blocks = self._runtime.stream(text, turn_language)
-        if self.settings.blocksize is None:
-            return blocks
-        return audio.reblock((audio.to_pipeline(block, self.sample_rate) for block in blocks),
-                             self.settings.blocksize)
+        return self._runtime.stream(text, turn_language)
 
     def close(self) -> None:
         self._runtime = None
