@@ -17,8 +17,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from s2s import tracing
-from s2s.config import StageSpec, describe_graph, validate
-from s2s.config_errors import EXIT_CONFIG, ConfigError, ConfigErrors
+from s2s.config import StageSpec, describe_graph
+from s2s.config_errors import EXIT_CONFIG, ConfigErrors
 from s2s.graph import Graph, Interrupted, StageSetupError
 from s2s.metrics import Recorder, format_figures
 from s2s.platform import release_memory
@@ -67,13 +67,7 @@ def main(cfg: DictConfig) -> int:
         The exit code: 0 ok, 1 a stage failed, 2 (``EXIT_CONFIG``) a bad config, 130/143 interrupted. After an
         interruption or a stage that would not stop, the process may end here without interpreter teardown.
     """
-    errors: list[ConfigError] = []
-    try:
-        specs = validate(cfg)
-    except ConfigErrors as problems:
-        specs, errors = [], list(problems.errors)
-    reported = {error.key for error in errors}  # a tracing._target_ outside s2s is validate's to report
-    errors += [error for error in tracing.read_settings(cfg)[1] if error.key not in reported]
+    specs, errors = tracing.validated(cfg)
     if errors:
         for error in errors:
             print(f"config error: {error}", file=sys.stderr)

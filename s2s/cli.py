@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from s2s.config_errors import EXIT_CONFIG, ConfigErrors
+from s2s.config_errors import EXIT_CONFIG
 from s2s.platform import detect
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -112,17 +112,10 @@ def explain_refusal(compose: Any, overrides: list[str], error: Exception) -> lis
     problems += [_explain(culprit, cfg) for culprit in culprits]
     if cfg is not None:  # the rest composed: report its bad values in the same pass
         from s2s import tracing
-        from s2s.config import validate
 
         with open_dict(cfg):  # nothing runs: the run folder Hydra would make is not needed to check values
             cfg.output_dir = "."
-        reported: set[str] = set()
-        try:
-            validate(cfg)
-        except ConfigErrors as errors:
-            problems += [str(e) for e in errors.errors]
-            reported = {e.key for e in errors.errors}
-        problems += [str(e) for e in tracing.read_settings(cfg)[1] if e.key not in reported]
+        problems += [str(e) for e in tracing.validated(cfg)[1]]
     return problems
 
 
