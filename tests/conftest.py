@@ -62,6 +62,15 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     return result
 
 
+def trimmed(samples):
+    """``samples`` without espeak's own leading and trailing silence (anything under 0.02), so a pause a test
+    puts between phrases is the only one."""
+    from s2s import audio
+
+    first, end = audio.sound_bounds(samples, level=0.02)
+    return samples[first:end]
+
+
 @pytest.fixture(scope="session")
 def espeak():
     """Speak text into a WAV with Debian's espeak-ng (robotic but transcribable speech)."""

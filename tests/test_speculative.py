@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from conftest import trimmed
 from graph_stages import Collector, CountingSource, Recognizer, Speculator, Voice
 from s2s import audio
 from s2s.graph import Graph
@@ -55,12 +56,6 @@ def test_an_unconfirmed_attempt_at_the_end_leaves_no_trace(tmp_path):
 
 
 # ---------------------------------------------------------------- the real Silero VAD
-def trimmed(samples: np.ndarray) -> np.ndarray:
-    """Without espeak's own leading and trailing silence, so the pause between phrases is the one we add."""
-    loud = np.flatnonzero(np.abs(samples) > 0.02)
-    return samples[loud[0]:loud[-1] + 1]
-
-
 @pytest.fixture(scope="module")
 def paused_question(espeak, tmp_path_factory):
     """'What is the capital' ... 0.4 s ... 'of France?': a pause longer than the speculative silence."""

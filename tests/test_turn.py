@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import trimmed
 from s2s import audio
 from s2s.messages import AudioChunk
 from s2s.vad import turn
@@ -26,11 +27,6 @@ class StandIn:
     def __call__(self, samples: np.ndarray) -> bool:
         self.heard.append(len(samples) / 16000)
         return self.answers.pop(0)
-
-
-def trimmed(samples: np.ndarray) -> np.ndarray:
-    loud = np.flatnonzero(np.abs(samples) > 0.02)
-    return samples[loud[0]:loud[-1] + 1]
 
 
 @pytest.fixture(scope="module")
