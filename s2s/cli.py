@@ -5,8 +5,10 @@
 
 * an override Hydra would refuse (unknown group option, unknown key) is explained, together with every bad
   value among the other overrides, one line each, exit code 2;
-* a ``_target_`` outside the s2s package anywhere in the composed config, ``hydra.*`` included, is refused
-  before Hydra instantiates anything (only Hydra's own launcher and sweeper plugins are let through).
+* a ``_target_`` outside the s2s package anywhere in a composed config, ``hydra.*`` included, is refused
+  before Hydra instantiates anything (only Hydra's own launcher and sweeper plugins are let through), however
+  the config was composed: :mod:`s2s.hydra_guard` checks every config Hydra composes, ``-cp``/``-cn``/``-cd``
+  included, and ``--experimental-rerun`` (a pickle) is refused.
 
 A sweep (``-m``) is checked as its first job would be composed, and every option a group sweep names must
 exist, so a sweep is refused before its first job runs rather than halfway through.
@@ -24,7 +26,8 @@ from s2s.config_errors import EXIT_CONFIG
 from s2s.platform import detect
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-# Flags that make Hydra compose another config than conf/config.yaml, or none: nothing to check ahead of it.
+# Flags that make Hydra compose another config than conf/config.yaml, or none: nothing to explain ahead of it
+# (the guard still checks the targets of whatever Hydra composes).
 OTHER_CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-sc",
                       "--shell-completion", "--experimental-rerun")
 
@@ -164,9 +167,11 @@ def check(argv: list[str]) -> list[str]:
     """What is wrong with a command line (as :func:`prepare_argv` orders it), one line each; empty: let Hydra go.
 
     The config is composed here exactly as Hydra is about to compose it. When that fails, each refused
-    override is named (:func:`explain_refusal`); when it works, every ``_target_`` in it is checked, before
-    Hydra instantiates its callbacks, launcher or sweeper. Anything else (a grammar error in an override, a
-    flag that points Hydra at another config) is left to Hydra, whose own message says it well.
+    override is named (:func:`explain_refusal`). The guard (:mod:`s2s.hydra_guard`, installed here for the rest
+    of the process) refuses a config with a ``_target_`` outside the allowlist, here and in every later
+    composition of Hydra's, before it instantiates its callbacks, launcher or sweeper. Anything else (a grammar
+    error in an override, a flag that points Hydra at another config) is left to Hydra, whose own message says
+    it well.
 
     Args:
         argv: the arguments after the program name: Hydra's flags, then the overrides.
@@ -177,8 +182,11 @@ def check(argv: list[str]) -> list[str]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import ConfigCompositionException, MissingConfigException
 
-    from s2s.config import target_errors
+    from s2s import hydra_guard
 
+    hydra_guard.install()
+    if problems := hydra_guard.check_flags(argv):
+        return problems
     flags = [arg for arg in argv if not _is_override(arg)]
     if any(flag.split("=", 1)[0] in OTHER_CONFIG_FLAGS for flag in flags):
         return []
@@ -191,9 +199,9 @@ def check(argv: list[str]) -> list[str]:
             return []
         overrides, problems = _as_first_job(parsed)
     try:
-        cfg = compose(overrides)
+        compose(overrides)  # the guard refuses a disallowed target here, before Hydra's own composition
     except (MissingConfigException, ConfigCompositionException) as error:
         return problems + explain_refusal(compose, overrides, error)
     except Exception:  # grammar errors and the like: Hydra reports them in its own words
         return problems
-    return problems + [str(error) for error in target_errors(cfg)]
+    return problems

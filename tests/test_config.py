@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -214,10 +215,73 @@ def test_the_command_line_is_checked_ahead_of_hydra_through_its_public_api():
     [line] = check(["-m", "tts=kokoro_onnx", "tts.voice=jf_alpha,jm_kumo", "tts.pitch=1,2", "platform=linux"])
     assert line.startswith("tts.pitch=1: unknown key 'pitch' in 'tts'")
     assert check(["-m", "tts=glob(*,exclude=_*)", "tts.speed=1.0,1.2", "platform=linux"]) == []
-    assert check(["-cn", "another", "tts=nope"]) == []  # another config: Hydra's to compose and report
+    assert check(["-cn", "another", "tts=nope"]) == []  # another config: Hydra's to compose and report (guarded)
     assert check(["tts.voice=[broken", "platform=linux"]) == []  # a grammar error: Hydra's message says it
-    for path in [ROOT / "run.py", *(ROOT / "s2s").rglob("*.py")]:
-        assert "ConfigLoaderImpl" not in path.read_text(), path
+    # only the guard touches Hydra's internals, at the one method every composition goes through
+    users = [path for path in [ROOT / "run.py", *(ROOT / "s2s").rglob("*.py")] if "ConfigLoaderImpl" in path.read_text()]
+    assert [path.name for path in users] == ["hydra_guard.py"]
+
+
+CALLBACK = """
+dry_run: true
+hydra:
+  callbacks:
+    evil:
+      _target_: pathlib.Path.touch
+      self: {touched}
+"""
+
+
+def _foreign_configs(folder: Path, touched: Path) -> None:
+    """A primary config of its own (for -cp/-cn) and a group option for ours (for -cd), each with a callback
+    that would create ``touched`` if Hydra instantiated it."""
+    (folder / "experiment").mkdir(parents=True)
+    (folder / "standalone.yaml").write_text("platform: null\n" + CALLBACK.format(touched=touched))
+    (folder / "with_ours.yaml").write_text("defaults:\n  - config\n  - _self_\n" + CALLBACK.format(touched=touched))
+    (folder / "experiment" / "evil.yaml").write_text("# @package _global_\n" + CALLBACK.format(touched=touched))
+
+
+@pytest.mark.parametrize("flags", [
+    ["-cd", "{dir}", "experiment=evil"],
+    ["--config-dir={dir}", "experiment=evil"],
+    ["-cd", "{dir}", "-cn", "with_ours"],
+    ["-cp", "{dir}", "-cn", "standalone"],
+    ["--config-path", "{dir}", "--config-name", "standalone"],
+    ["-cd", "{dir}", "-m", "experiment=evil"],
+    ["-cd", "{dir}", "experiment=evil", "--cfg", "job"],
+])
+def test_a_config_from_another_folder_is_checked_before_hydra_instantiates_it(flags, tmp_path):
+    touched = tmp_path / "touched.txt"
+    _foreign_configs(tmp_path / "theirs", touched)
+    args = [flag.format(dir=tmp_path / "theirs") for flag in flags]
+    result = run_cli(*args, f"hydra.run.dir={tmp_path / 'run'}",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("config error: hydra.callbacks.evil._target_=pathlib.Path.touch") and "refused" in line
+    assert not touched.exists()
+
+
+def test_a_config_dir_of_the_users_own_still_works(tmp_path):
+    (tmp_path / "theirs" / "tts").mkdir(parents=True)
+    (tmp_path / "theirs" / "tts" / "mine.yaml").write_text("defaults:\n  - piper\n  - _self_\nspeed: 1.2\n")
+    result = run_cli("-cd", str(tmp_path / "theirs"), "tts=mine", "--cfg", "job", cwd=tmp_path, check=True)
+    assert "s2s.tts.piper.PiperTTS" in result.stdout and "speed: 1.2" in result.stdout
+
+
+def test_experimental_rerun_is_refused_before_the_pickle_is_opened(tmp_path):
+    import pickle
+
+    touched = tmp_path / "touched.txt"
+
+    class Touch:
+        def __reduce__(self):
+            return (Path.touch, (touched,))
+
+    (tmp_path / "config.pickle").write_bytes(pickle.dumps(Touch()))
+    result = run_cli("--experimental-rerun", str(tmp_path / "config.pickle"), cwd=tmp_path)
+    assert result.returncode == 2 and "--experimental-rerun: refused for safety" in result.stderr
+    assert not touched.exists()
 
 
 def test_cli_cfg_job_and_dry_run_for_another_platform_load_nothing(tmp_path):
