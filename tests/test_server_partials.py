@@ -16,6 +16,7 @@ from s2s.messages import AudioChunk, SpeechSegment, SpeechStarted
 from s2s.server.outbox import UserHeard, UserPartial, UserStarted, UserStopped
 from s2s.server.partials import interim, new_suffix
 from s2s.server.stages import SessionVAD, TurnCounter
+from s2s.stt.base import STTStage
 from test_server_items import run, translator
 
 SENTENCE = "The quick brown fox jumps over the lazy dog and then runs all the way back home."  # no comma: no pause
@@ -81,9 +82,7 @@ class VoicingVAD:
         return np.concatenate(self.speech) if self.speech else None
 
 
-class SlowSTT:
-    sample_rate = 16000
-
+class SlowSTT(STTStage):
     def __init__(self):
         self.calls, self.release = [], threading.Event()
 

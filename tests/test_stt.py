@@ -50,3 +50,54 @@ def test_other_rates_are_resampled(stt, espeak, tmp_path):
 def test_no_words_ends_the_turn_without_a_transcript(stt):
     out = list(stt.process(SpeechSegment(audio.silence(1.0, 16000), 16000, 7, 0.0, 1.0)))
     assert out == [TurnEnd(7)]
+
+
+class CountingWhisper(FasterWhisperSTT):
+    """The real packaged STT, counting how many of its passes run at once (the library is not thread-safe)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+
+        self.running = self.most = 0
+        self.count_lock = threading.Lock()
+
+    def transcribe(self, samples):
+        with self.count_lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            return super().transcribe(samples)
+        finally:
+            with self.count_lock:
+                self.running -= 1
+
+
+def test_partial_passes_and_the_turns_own_pass_never_overlap_on_one_stage(espeak, tmp_path):
+    """The server's partial transcripts call the pooled stage from a worker thread while the turn's own pass
+    may run: one pass at a time per stage, and every transcript is what a lone pass hears."""
+    import threading
+
+    from s2s.server.partials import PartialTranscriber
+
+    stage = CountingWhisper()
+    stage.setup()
+    samples = audio.read_audio(espeak("Turn on the kitchen lights, please.", tmp_path / "s.wav"), 16000)
+    [alone] = [m.text for m in stage.process(SpeechSegment(samples, 16000, 0, 0.0, 1.0))]
+    heard: list[str] = []
+    partials = PartialTranscriber(stage, 0.5, lambda turn, text: heard.append(text))
+
+    def turns() -> None:
+        for turn in range(4):
+            heard.extend(m.text for m in stage.process(SpeechSegment(samples, 16000, turn, 0.0, 1.0)))
+
+    worker = threading.Thread(target=turns)
+    worker.start()
+    for turn in range(4):
+        partials.start(turn, samples)
+        partials.close()
+    worker.join(120)
+    assert not worker.is_alive()
+    assert stage.most == 1  # never two passes at once
+    finals = [text for text in heard if text == alone]
+    assert len(finals) >= 4 and all(text and "kitchen" in text.lower() for text in heard)

@@ -2,7 +2,7 @@
 
 The session's VAD (:class:`~s2s.server.stages.SessionVAD`) offers the utterance so far after each input chunk;
 :class:`PartialTranscriber` runs one pass at a time in a worker thread with the session pipeline's STT stage
-(the VAD and graph threads never wait for it) and hands the text back through a callback that may still drop
+(the VAD and graph threads never wait for it; the stage runs one pass at a time, its own turn's included) and hands the text back through a callback that may still drop
 it (the turn moved on while the pass ran). The Realtime API's deltas are appended text, so
 :func:`new_suffix` decides what a pass, and the final transcript, add to what the client already has.
 """
@@ -87,7 +87,7 @@ class PartialTranscriber:
 
     def _pass(self, turn: int, samples: np.ndarray) -> None:
         try:
-            text, _ = self.stt.transcribe(audio.resample(samples, self.sample_rate, self.stt.sample_rate))
+            text, _ = self.stt.recognise(audio.resample(samples, self.sample_rate, self.stt.sample_rate))
         except Exception as error:  # an interim pass failing costs nothing but that delta
             log.warning("turn %d: partial transcript failed: %s: %s", turn, type(error).__name__, error)
             return

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,14 +37,20 @@ class STTStage(Stage):
     def transcribe(self, samples: Any) -> tuple[str, str | None]:
         raise NotImplementedError
 
+    def recognise(self, samples: Any) -> tuple[str, str | None]:
+        """``transcribe`` one call at a time per stage: the turn's own pass and the server's partial passes
+        share a pooled stage from two threads, and no backend library (MLX least of all) is safe for that."""
+        with self.__dict__.setdefault("_one_at_a_time", threading.Lock()):
+            return self.transcribe(samples)
+
     def warm_up(self) -> None:
-        self.transcribe(audio.silence(1.0, self.sample_rate))
+        self.recognise(audio.silence(1.0, self.sample_rate))
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, SpeechSegment)
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
         try:
-            text, language = self.transcribe(samples)
+            text, language = self.recognise(samples)
         except TranscriptionFailed as error:
             log.error("turn %d: %s", message.turn, error)
             yield TurnEnd(message.turn)
