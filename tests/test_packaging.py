@@ -1,6 +1,7 @@
 """Install-level promises: the base install stays free of torchaudio, extras import on a CPU torch, pins hold."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -152,3 +153,27 @@ def test_the_ray_extra_brings_serve_with_the_server():
                for r in PROJECT["optional-dependencies"][key] if r.startswith("s2s["))
     if _installed("ray"):
         assert metadata.version("ray") in ray.specifier
+
+
+def test_in_ci_a_skip_for_a_missing_dependency_is_a_failure(tmp_path):
+    """.ci/run sets S2S_CI=1: a real client or engine that did not install turns CI red instead of skipping."""
+    (tmp_path / "test_needs.py").write_text(
+        "import pytest\n"
+        "def test_missing():\n    pytest.importorskip('no_such_module_s2s')\n"
+        "def test_gpu():\n    pytest.skip('needs a CUDA GPU')\n")
+    (tmp_path / "test_module_level.py").write_text("import pytest\npytest.importorskip('no_such_module_s2s')\n")
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
+
+    def run(name: str, ci: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*command, str(tmp_path / name)], env={**env, "S2S_CI": ci}, capture_output=True,
+                              text=True, timeout=120)
+
+    strict = run("test_needs.py", "1")
+    assert strict.returncode == 1 and "1 failed, 1 skipped" in strict.stdout, strict.stdout[-2000:]  # GPU may skip
+    assert "counts as a failure" in strict.stdout
+    strict = run("test_module_level.py", "1")  # a module-level importorskip: its collection fails
+    assert strict.returncode != 0 and "counts as a failure" in strict.stdout, strict.stdout[-2000:]
+    for name, skipped in (("test_needs.py", "2 skipped"), ("test_module_level.py", "1 skipped")):
+        lenient = run(name, "0")
+        assert lenient.returncode in (0, 5) and skipped in lenient.stdout, lenient.stdout[-2000:]  # 5: none ran
