@@ -8,7 +8,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from s2s import app, cli
+from s2s import app, cli, hydra_guard
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -21,6 +21,7 @@ def main(cfg: DictConfig) -> int:
 
 if __name__ == "__main__":
     sys.argv = [sys.argv[0], *cli.prepare_argv(sys.argv[1:])]
+    hydra_guard.install()  # before anything is composed: every config Hydra composes is checked
     if problems := cli.check(sys.argv[1:]):
         cli.fail(problems)
     main()

@@ -167,8 +167,8 @@ def check(argv: list[str]) -> list[str]:
     """What is wrong with a command line (as :func:`prepare_argv` orders it), one line each; empty: let Hydra go.
 
     The config is composed here exactly as Hydra is about to compose it. When that fails, each refused
-    override is named (:func:`explain_refusal`). The guard (:mod:`s2s.hydra_guard`, installed here for the rest
-    of the process) refuses a config with a ``_target_`` outside the allowlist, here and in every later
+    override is named (:func:`explain_refusal`). The guard (:mod:`s2s.hydra_guard`, which the entry points
+    install before they call this) refuses a config with a ``_target_`` outside the allowlist, here and in every later
     composition of Hydra's, before it instantiates its callbacks, launcher or sweeper. Anything else (a grammar
     error in an override, a flag that points Hydra at another config) is left to Hydra, whose own message says
     it well.
@@ -184,7 +184,6 @@ def check(argv: list[str]) -> list[str]:
 
     from s2s import hydra_guard
 
-    hydra_guard.install()
     if problems := hydra_guard.check_flags(argv):
         return problems
     flags = [arg for arg in argv if not _is_override(arg)]

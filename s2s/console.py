@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from s2s import cli
+from s2s import cli, hydra_guard
 
 # subcommand -> the overrides it stands for (added unless the user sets the same key)
 SHORTCUTS: dict[str, tuple[str, ...]] = {"local": ("source=mic", "sink=speaker"), "serve": ("server=realtime",)}
@@ -42,6 +42,7 @@ def run_hydra(args: list[str]) -> int:
         return code
 
     sys.argv = ["s2s", *cli.prepare_argv(args)]
+    hydra_guard.install()  # before anything is composed: every config Hydra composes is checked
     if problems := cli.check(sys.argv[1:]):
         cli.fail(problems)
     main()
