@@ -128,13 +128,21 @@ def fail(problems: list[str]) -> None:
     raise SystemExit(EXIT_CONFIG)
 
 
-def compose(overrides: list[str]) -> DictConfig:
-    """conf/config.yaml with ``overrides``, the ``hydra`` node included, as Hydra's public compose API makes it."""
+def compose(overrides: list[str], output_dir: Path | str | None = None, *, hydra_node: bool = True) -> DictConfig:
+    """conf/config.yaml with ``overrides`` as Hydra's public compose API makes it: the one place s2s composes.
+
+    Args:
+        overrides: the command line's overrides (:func:`prepare_argv` adds the platform).
+        output_dir: the run folder, when the caller runs stages outside ``@hydra.main`` (benchmarks, Serve).
+        hydra_node: keep the ``hydra`` node (what the command line checks; a config that runs stages has no use
+            for it).
+    """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    overrides = [*overrides, f"output_dir={output_dir}"] if output_dir is not None else list(overrides)
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides, return_hydra_config=True)
+        return hydra_compose("config", overrides=overrides, return_hydra_config=hydra_node)
 
 
 def _as_first_job(parsed: list[Any]) -> tuple[list[str], list[str]]:

@@ -130,6 +130,21 @@ def test_no_circle_even_through_deferred_imports():
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
+def _room(module: str) -> str:
+    """A module's room: its subpackage (s2s.server.session -> s2s.server), or itself at the top (s2s.app)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else module
+
+
+def test_no_circle_between_packages():
+    """Rooms import downwards as wholes too: app -> server -> bench -> app was one, through three files that
+    each imported downwards on their own."""
+    rooms: dict[str, set[str]] = {}
+    for module, targets in import_graph(deferred=True).items():
+        rooms.setdefault(_room(module), set()).update(_room(t) for t in targets if _room(t) != _room(module))
+    assert find_cycle(rooms) is None, " -> ".join(find_cycle(rooms) or [])
+
+
 
 @pytest.mark.parametrize("name", sorted(module_names()))
 def test_every_module_stays_small(name):

@@ -7,12 +7,9 @@ from typing import Any
 
 def composed(overrides: list[str], output_dir: Path | str) -> Any:
     """``conf/config.yaml`` with ``overrides`` and ``output_dir``, as ``python run.py`` would compose it."""
-    from hydra import compose, initialize_config_dir
+    from s2s.cli import compose, prepare_argv
 
-    from s2s.cli import CONF_DIR, prepare_argv
-
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=prepare_argv([*overrides, f"output_dir={output_dir}"]))
+    return compose(prepare_argv(overrides), output_dir, hydra_node=False)
 
 
 def stage_spec(cfg: Any, group: str) -> Any:

@@ -44,12 +44,12 @@ def app(args: dict[str, Any]) -> Any:
     Raises:
         ValueError: the config's problems, one line each, as the command line reports them.
     """
-    from s2s.bench.compose import composed
+    from s2s.cli import compose, prepare_argv
 
     overrides = args.get("overrides", "")
     overrides = shlex.split(overrides) if isinstance(overrides, str) else [str(o) for o in overrides]
     output_dir = Path(str(args.get("output_dir", "outputs/serve"))).resolve()
-    cfg = composed(["server=realtime", "server.engine=ray", *overrides], output_dir)
+    cfg = compose(prepare_argv(["server=realtime", "server.engine=ray", *overrides]), output_dir, hydra_node=False)
     try:
         specs = validate(cfg)
     except ConfigErrors as errors:
