@@ -71,7 +71,7 @@ class Session:
         stt = groups.get("stt", specs[2])
         self.stt_group = stt.group
         self.transcription = (str(stt.kwargs.get("model", stt.target)), stt.kwargs.get("language"))
-        self.recorder = Recorder(output_dir, last_stage=specs[-1].group,
+        self.recorder = Recorder(output_dir, last_stage=specs[-1].group, content=limits.log_transcripts,
                                  run_info={"session": session_id, "stages": {s.group: s.target for s in specs}})
         self.rules = StageRules(cfg, self.vad_spec, self.tts_spec, pipeline.llm, lambda: self.graph is not None)
         self.settings = SessionSettings(instructions=pipeline.defaults.get("system_prompt"),
@@ -372,13 +372,15 @@ class Session:
         self.recorder.finish(status)
 
     def describe(self) -> dict[str, Any]:
-        """What ``GET /v1/sessions`` shows: state and the same per-turn figures as a local run's metrics.json."""
-        turns = [turn.record() for turn in sorted(self.recorder.turns.values(), key=lambda t: t.turn)
-                 if turn.user or turn.assistant]
+        """What ``GET /v1/sessions`` shows: state and the same per-turn figures as a local run's metrics.json.
+
+        The words (turns' text, the LLM's history) only with ``server.log_transcripts``.
+        """
+        turns = self.recorder.records()
+        shows_history = self.limits.log_transcripts and isinstance(self.pipeline.llm, LLMStage)
         return {"id": self.id, "status": self.status, "started_at": round(self.started_at, 3),
                 "pipeline": self.pipeline.index, "tts": "own" if self._own_tts is not None else "pooled",
                 "responses_completed": self.responses_completed,
                 "responses_cancelled": self.responses_cancelled, "summary": self.recorder.summary(),
                 "turns": turns, "metrics_path": str(self.recorder.metrics_path),
-                "history": self.pipeline.llm.history(HISTORY_SHOWN) if isinstance(self.pipeline.llm, LLMStage)
-                else None}
+                "history": self.pipeline.llm.history(HISTORY_SHOWN) if shows_history else None}

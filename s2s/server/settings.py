@@ -32,6 +32,8 @@ class ServerSettings:
         partial_transcripts_s: while the user speaks, the utterance so far is transcribed again after each this
             many seconds of new speech, and what it adds goes out as ``input_audio_transcription.delta``;
             null: one delta with the whole transcript, just before ``.completed``.
+        log_transcripts: the users' and the assistant's words go to the log, each session's transcript.jsonl
+            and metrics.json, and ``GET /v1/sessions``; off (the default), only the figures do.
         engine: ``local`` (this process holds every pipeline) or ``ray`` (Ray Serve replicas, each holding
             ``max_sessions`` pipelines, behind one endpoint; ``RAY_ADDRESS`` joins a cluster).
         replicas: with ``engine=ray``, how many replicas.
@@ -51,6 +53,7 @@ class ServerSettings:
     max_instructions_chars: Annotated[int, Range(1)]
     idle_timeout_s: Annotated[float, Range(0, exclusive=True)]
     partial_transcripts_s: Annotated[float, Range(0.3, 10)] | None = 1.0
+    log_transcripts: bool = False
     engine: Annotated[str, OneOf(("local", "ray"))] = "local"
     replicas: Annotated[int, Range(1, 64)] = 1
     replica_cpus: Annotated[float, Range(0, 256)] = 1.0
