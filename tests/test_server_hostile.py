@@ -6,6 +6,7 @@ import json
 import queue
 import re
 import threading
+import time
 
 import pytest
 
@@ -14,12 +15,13 @@ from s2s.server.client_log import LINES_PER_MINUTE, QUOTE_CHARS, quote
 
 pytest.importorskip("websockets")
 BAD_FRAMES = 500
+QUEUED = 128  # server.max_queued_events
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     running = RunningServer(tmp_path_factory.mktemp("hostile"), "llm=echo", "server.max_sessions=1",
-                            env={"S2S_API_KEY": API_KEY})
+                            f"server.max_queued_events={QUEUED}", env={"S2S_API_KEY": API_KEY})
     yield running
     assert running.stop() == 0, running.output[-3000:]
 
@@ -27,12 +29,17 @@ def server(tmp_path_factory):
 class Client:
     """A raw WebSocket client whose events are read in a thread (``events``), so sends never wait on reads."""
 
-    def __init__(self, server: RunningServer) -> None:
+    def __init__(self, server: RunningServer, reading: bool = True) -> None:
         from websockets.sync.client import connect
 
+        # max_queue: a client that does not read stops taking frames off its socket after this many
         self.connection = connect(server.url, additional_headers={"Authorization": f"Bearer {API_KEY}"},
-                                  max_size=None)
+                                  max_size=None, max_queue=4)
         self.events: queue.Queue[dict | None] = queue.Queue()
+        if reading:
+            self.read()
+
+    def read(self) -> None:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -95,3 +102,30 @@ def test_a_flood_of_bad_frames_is_escaped_capped_and_counted_and_the_session_goe
     suppressed = [int(found.group(1)) for line in ours
                   if (found := re.search(r"(\d+) more log line\(s\) suppressed", line))]
     assert suppressed == [BAD_FRAMES - len(caused)]
+
+
+def test_a_client_that_never_reads_is_dropped_with_an_error_and_a_close_code(server):
+    from websockets.exceptions import ConnectionClosed
+
+    server.wait_idle()
+    client = Client(server, reading=False)
+    big = json.dumps({"type": "no.such.event", "event_id": "x" * 60000})  # each error echoes its 60 KB id
+    try:
+        for _ in range(2000):  # far more than the socket's buffers and the outbox hold
+            client.connection.send(big)
+    except ConnectionClosed:  # the server gave up on us first
+        pass
+    deadline = time.monotonic() + 30
+    while "(server.max_queued_events); dropping it" not in server.output and time.monotonic() < deadline:
+        time.sleep(0.1)
+    client.read()  # now take what was sent: the queued events, the error, the close
+    last = None
+    while (got := client.events.get(timeout=30)) is not None:
+        last = got
+    assert last is not None and last["type"] == "error" and last["error"]["code"] == "client_too_slow", last
+    assert client.connection.close_code == 1008
+    assert server.output.count("dropping it") == 1
+    server.wait_idle()
+    assert server.get("/health", api_key=None) == (200, {"status": "ok"})
+    status, document = server.get("/v1/sessions")
+    assert document["sessions"][-1]["status"] == "overflow"

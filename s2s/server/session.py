@@ -79,7 +79,8 @@ class Session:
         self.settings = SessionSettings(instructions=pipeline.defaults.get("system_prompt"),
                                         voice=self.rules.configured("voice"), vad_defaults=self.vad_spec.kwargs,
                                         speed=self.rules.configured("speed"))
-        self.outbox = Outbox(self.loop)
+        self.overflow = asyncio.Event()  # the client reads too slowly: the server drops the session
+        self.outbox = Outbox(self.loop, limits.max_queued_events, self.overflow.set)
         self.tools = ToolBridge(pipeline.llm, self.outbox.put)
         self.responses = ResponseQueue()
         self.translator = Translator(session_id, self.responses, self.tools, self.recorder, pipeline.llm,

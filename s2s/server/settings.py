@@ -29,6 +29,8 @@ class ServerSettings:
         max_rate: highest such rate.
         max_instructions_chars: longest ``session.update`` instructions accepted.
         idle_timeout_s: a session without a client event for this long is closed.
+        max_queued_events: events waiting for a client that does not read them; one more closes its session
+            (an ``error``, close code 1008), so a silent client cannot grow the server's memory.
         partial_transcripts_s: while the user speaks, the utterance so far is transcribed again after each this
             many seconds of new speech, and what it adds goes out as ``input_audio_transcription.delta``;
             null: one delta with the whole transcript, just before ``.completed``.
@@ -52,6 +54,7 @@ class ServerSettings:
     max_rate: Annotated[int, RATE]
     max_instructions_chars: Annotated[int, Range(1)]
     idle_timeout_s: Annotated[float, Range(0, exclusive=True)]
+    max_queued_events: Annotated[int, Range(16, 1 << 20)] = 1024
     partial_transcripts_s: Annotated[float, Range(0.3, 10)] | None = 1.0
     log_transcripts: bool = False
     engine: Annotated[str, OneOf(("local", "ray"))] = "local"
