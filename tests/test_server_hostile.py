@@ -62,7 +62,7 @@ def hostile(index: int) -> str | bytes:
     if index % 3 == 0:
         return "\x00{" + "A" * 10240
     if index % 3 == 1:
-        return json.dumps({"type": "\x00evil\n" + "B" * 10240, "event_id": "\x00" * 5000})
+        return json.dumps({"type": "\x00evil\n" + "B" * 10240, "event_id": "\x00" * 100})  # errors echo ids
     return b"\x00\xff" * 5120
 
 
