@@ -25,6 +25,7 @@ log = logging.getLogger("s2s.metrics")
 
 FIGURES = ("voice_to_voice_s", "endpoint_s", "stt_s", "llm_first_token_s", "llm_first_sentence_s", "llm_total_s",
            "tts_first_audio_s", "held_s", "tts_rtf")
+TEXT_KEYS = ("user", "assistant", "first_chunk")  # what a turn's record holds of its words
 
 
 @dataclass
@@ -124,16 +125,22 @@ class Recorder:
     when the gate discards it. The graph hands the Recorder its gate (``watch``); an observer that does not
     pass it on leaves the Recorder its own gate, fed with the messages it sees. Listeners (``listen``) hear of
     confirmed turns only, so a discarded attempt reaches no trace either.
+
+    With ``content=False`` (a server unless ``server.log_transcripts``: its users' words are theirs) no text
+    leaves the Recorder: no transcript.jsonl, and the log lines, metrics.json and :meth:`records` carry the
+    figures without the user's or the assistant's words.
     """
 
     def __init__(self, output_dir: str | Path, last_stage: str = "sink",
-                 run_info: dict[str, Any] | None = None, console: bool = False) -> None:
+                 run_info: dict[str, Any] | None = None, console: bool = False, content: bool = True) -> None:
         self.output_dir = Path(output_dir)
         self.last_stage = last_stage  # a turn is finished when its TurnEnd leaves this stage
+        self.content = content
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.transcript_path = self.output_dir / "transcript.jsonl"
         self.metrics_path = self.output_dir / "metrics.json"
-        self.transcript_path.write_text("")
+        if content:
+            self.transcript_path.write_text("")
         self.run_info = dict(run_info or {})
         self.turns: dict[int, Turn] = {}
         self.setup_s: dict[str, float] = {}
@@ -256,12 +263,35 @@ class Recorder:
         elif self.console:
             print(line, flush=True)
 
+    def _record(self, turn: Turn) -> dict[str, Any]:
+        """The turn's record as it may be kept: without its words unless ``content``."""
+        record = turn.record()
+        if not self.content:
+            for key in TEXT_KEYS:
+                record.pop(key)
+            record.pop("events", None)  # tool calls carry their arguments and results
+        return record
+
+    def records(self) -> list[dict[str, Any]]:
+        """The records of the turns so far (with words, or not: ``content``), in order."""
+        with self._lock:
+            turns = sorted(self.turns.values(), key=lambda t: t.turn)
+        return [self._record(turn) for turn in turns if turn.user or turn.assistant]
+
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        if self.content:
+            with self.transcript_path.open("a", encoding="utf-8") as file:
+                for record in records:
+                    file.write(json.dumps(record, ensure_ascii=False) + "\n")
+
     def _finish(self, turn: Turn) -> None:
         record = turn.record()
-        with self.transcript_path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        log.info("turn %d: %s | %r -> %r", turn.turn, format_figures(record["timings"]), turn.user,
-                 record["assistant"])
+        self._append([record])
+        if self.content:
+            log.info("turn %d: %s | %r -> %r", turn.turn, format_figures(record["timings"]), turn.user,
+                     record["assistant"])
+        else:
+            log.info("turn %d: %s", turn.turn, format_figures(record["timings"]))
         self.write()
         if not turn.speculative:
             for listener in self._listeners:
@@ -272,7 +302,7 @@ class Recorder:
         return [turn for turn in sorted(self.turns.values(), key=lambda t: t.turn) if not turn.speculative]
 
     def summary(self) -> dict[str, Any]:
-        records = [turn.record() for turn in self._kept() if turn.user or turn.assistant]
+        records = [self._record(turn) for turn in self._kept() if turn.user or turn.assistant]
         medians = {}
         for name in FIGURES:
             values = [r["timings"][name] for r in records if r["timings"][name] is not None]
@@ -286,7 +316,7 @@ class Recorder:
         if status:
             self.status, self.error = status, error
         with self._lock:
-            turns = [turn.record() for turn in self._kept()]
+            turns = [self._record(turn) for turn in self._kept()]
         document = {"status": self.status, "error": self.error, "summary": self.summary(), "turns": turns,
                     "setup_s": {k: round(v, 3) for k, v in self.setup_s.items()},
                     "peak_memory_mb": peak_memory_mb(), "machine": machine_info(), **self.run_info}
@@ -299,9 +329,7 @@ class Recorder:
         with self._lock:
             unfinished = [turn for turn in self._kept() if not turn.complete and (turn.user or turn.assistant)]
         records = [(turn, turn.record()) for turn in unfinished]
-        with self.transcript_path.open("a", encoding="utf-8") as file:
-            for _, record in records:
-                file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._append([record for _, record in records])
         self.write(status, error)
         for listener in self._listeners:
             for turn, record in records:

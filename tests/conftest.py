@@ -117,8 +117,9 @@ def espeak():
 def echo_server(tmp_path_factory):
     from realtime_server import API_KEY, RunningServer
 
+    # log_transcripts: its tests read the LLM's history in /v1/sessions
     running = RunningServer(tmp_path_factory.mktemp("echo-server"), "llm=echo", "server.max_sessions=1",
-                            env={"S2S_API_KEY": API_KEY})
+                            "server.log_transcripts=true", env={"S2S_API_KEY": API_KEY})
     yield running
     assert running.stop() == 0, running.output[-3000:]
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from s2s.server import protocol
+from s2s.server.client_log import quote
 from s2s.server.protocol import ProtocolError, dumps
 from s2s.server.settings import ServerSettings
 
@@ -111,13 +112,13 @@ async def route(request: Any, settings: ServerSettings, read_outs: ReadOuts) -> 
         return page
     origin = request.headers.get("Origin")
     if origin and urlsplit(origin).netloc != request.headers.get("Host", ""):  # another site, in a user's browser
-        log.info("refused a connection to %s from a page of %s", path, origin)
+        log.info("refused a connection to %s from a page of %s", quote(path), quote(origin))
         return json_response(http.HTTPStatus.FORBIDDEN, {"error": {
             "type": "invalid_request_error", "code": "origin_not_allowed",
             "message": f"a page from {origin} may not use this server: only the server's own page (same origin) "
                        f"and clients that send no Origin header (SDKs, s2s.client) may"}})
     if not _authorized(settings, request.headers.get("Authorization"), _subprotocol_key(request.headers)):
-        log.info("refused a connection to %s: missing or wrong API key", path)
+        log.info("refused a connection to %s: missing or wrong API key", quote(path))
         return json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
             "type": "invalid_request_error", "code": "invalid_api_key",
             "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>' (from a browser: "

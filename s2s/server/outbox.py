@@ -10,6 +10,7 @@ import asyncio
 import threading
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,19 +156,36 @@ OutboxMessage = (Send | UserStarted | UserStopped | UserPartial | UserHeard | Re
 class Outbox:
     """The writer's queue; :meth:`put` is callable from any thread and keeps the order of the calls.
 
+    It holds at most ``limit`` messages: a client that does not read (its socket full, the writer waiting)
+    must not grow the server's memory. The first message over it calls ``on_overflow`` (in the loop) and is
+    dropped, as is every later one but :class:`Close`.
+
     Args:
         loop: the event loop the writer runs in.
+        limit: messages waiting for the writer, at most (None: no limit).
+        on_overflow: called once, in the loop, when a message finds the queue full.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int | None = None,
+                 on_overflow: Callable[[], None] | None = None) -> None:
+        self._loop, self.limit, self._on_overflow = loop, limit, on_overflow
         self._queue: asyncio.Queue[OutboxMessage] = asyncio.Queue()
+        self.overflowed = False
 
     def put(self, message: OutboxMessage) -> None:
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, message)
+            self._loop.call_soon_threadsafe(self._put, message)
         except RuntimeError:  # the event loop is gone (server stopping): nothing left to tell
             pass
+
+    def _put(self, message: OutboxMessage) -> None:
+        room = self.limit is None or self._queue.qsize() < self.limit
+        if room and not self.overflowed or isinstance(message, Close):
+            self._queue.put_nowait(message)
+        elif not self.overflowed:
+            self.overflowed = True
+            if self._on_overflow is not None:
+                self._on_overflow()
 
     async def get(self) -> OutboxMessage:
         return await self._queue.get()

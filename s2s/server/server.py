@@ -159,6 +159,7 @@ class SessionServer:
         log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,
                  pool.size)
         writer = asyncio.create_task(_write(session))
+        dropper = asyncio.create_task(_drop_when_overflowed(session, connection, writer))
         session.outbox.put(Send(protocol.event("session.created", session=session.session_object())))
         status = "closed"
         try:
@@ -176,6 +177,7 @@ class SessionServer:
         except ConnectionClosed:
             status = "disconnected"
         finally:
+            status = "overflow" if session.overflow.is_set() else status
             session.outbox.put(Close())
             try:
                 await asyncio.wait_for(writer, 5.0)
@@ -191,6 +193,9 @@ class SessionServer:
                      session.responses_cancelled, summary["median"].get("voice_to_voice_s"))
             if status == "idle_timeout":
                 await connection.close(1000, "idle timeout")
+            elif status == "overflow":
+                await dropper  # its close handshake, bounded by the connection's close_timeout
+            dropper.cancel()
 
 
 async def _write(session: Session) -> None:
@@ -201,3 +206,22 @@ async def _write(session: Session) -> None:
         await session.writer()
     except ConnectionClosed:
         pass
+
+
+async def _drop_when_overflowed(session: Session, connection: Any, writer: asyncio.Task[None]) -> None:
+    """A client that does not read: once its outbox overflows, an ``error`` and close code 1008 end its session.
+
+    The writer (waiting on the full socket) stops; the error is handed to the socket without waiting for the
+    client to take it, and the close ends the reader's loop.
+    """
+    await session.overflow.wait()
+    log.warning("session %s: its client has not read %d events (server.max_queued_events); dropping it",
+                session.id, session.outbox.limit)
+    writer.cancel()
+    error = ProtocolError("client_too_slow", f"over {session.outbox.limit} events wait for this client to read "
+                                             f"them (server.max_queued_events); closing the session")
+    try:
+        await asyncio.wait_for(connection.send(dumps(protocol.error_event(error))), 1.0)
+    except Exception:  # TimeoutError (the frame stays queued on the socket), or the client already gone
+        pass
+    await connection.close(1008, "client too slow: events not read")

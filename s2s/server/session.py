@@ -25,6 +25,7 @@ from s2s.llm.base import KEEP, LLMStage
 from s2s.messages import SpeechSegment, Transcript
 from s2s.metrics import Recorder
 from s2s.server import protocol
+from s2s.server.client_log import ClientLog, quote
 from s2s.server.outbox import (CancelReply, Close, Committed, GraphEnded, GraphObserver, ItemAdded, ItemAsked,
                                ItemsAnswered, Outbox, ReplySound, Send, ToolOutputs, UserPartial)
 from s2s.server.pipelines import Pipeline
@@ -65,19 +66,21 @@ class Session:
         self._send, self.model = send, model
         self.loop = asyncio.get_running_loop()
         self.started_at = time.time()
+        self.client_log = ClientLog(session_id, log)  # every line its client causes
         self.status = "active"
         groups = {spec.group: spec for spec in specs}
         self.vad_spec, self.tts_spec = specs[1], groups.get("tts", specs[-2])
         stt = groups.get("stt", specs[2])
         self.stt_group = stt.group
         self.transcription = (str(stt.kwargs.get("model", stt.target)), stt.kwargs.get("language"))
-        self.recorder = Recorder(output_dir, last_stage=specs[-1].group,
+        self.recorder = Recorder(output_dir, last_stage=specs[-1].group, content=limits.log_transcripts,
                                  run_info={"session": session_id, "stages": {s.group: s.target for s in specs}})
         self.rules = StageRules(cfg, self.vad_spec, self.tts_spec, pipeline.llm, lambda: self.graph is not None)
         self.settings = SessionSettings(instructions=pipeline.defaults.get("system_prompt"),
                                         voice=self.rules.configured("voice"), vad_defaults=self.vad_spec.kwargs,
                                         speed=self.rules.configured("speed"))
-        self.outbox = Outbox(self.loop)
+        self.overflow = asyncio.Event()  # the client reads too slowly: the server drops the session
+        self.outbox = Outbox(self.loop, limits.max_queued_events, self.overflow.set)
         self.tools = ToolBridge(pipeline.llm, self.outbox.put)
         self.responses = ResponseQueue()
         self.translator = Translator(session_id, self.responses, self.tools, self.recorder, pipeline.llm,
@@ -107,7 +110,7 @@ class Session:
 
     # ------------------------------------------------------------------ outbound
     def fail(self, error: ProtocolError) -> None:
-        log.info("session %s: %s: %s", self.id, error.code, error.message)
+        self.client_log.line(logging.INFO, "%s: %s", error.code, quote(error.message))
         self.outbox.put(Send(protocol.error_event(error)))
 
     async def writer(self) -> None:
@@ -136,7 +139,7 @@ class Session:
         except ProtocolError as error:
             self.fail(error)
         except Exception as error:  # a bug or a stage failing to build: this event fails, the session goes on
-            log.exception("session %s: handling a client event failed", self.id)
+            self.client_log.line(logging.ERROR, "handling a client event failed", exc_info=True)
             self.fail(ProtocolError("server_error", f"internal error: {type(error).__name__}: {error}"))
 
     async def _session_update(self, client_event: ClientEvent) -> None:
@@ -146,8 +149,8 @@ class Session:
             update.voice = None
         new = self.settings.apply(update, self.rules, client_event.event_id)  # checked whole: or it raises
         if update.acknowledged:
-            log.info("session %s: accepted, not applied here: %s", self.id,
-                     ", ".join(f"{key}={value!r}"[:120] for key, value in update.acknowledged.items()))
+            self.client_log.line(logging.INFO, "accepted, not applied here: %s",
+                                 quote(", ".join(f"{key}={value!r}" for key, value in update.acknowledged.items())))
         vad = None
         if self.graph is not None and update.turn_detection is not None and not new.turn_detection.manual \
                 and new.vad_overrides != self.settings.vad_overrides:
@@ -370,15 +373,18 @@ class Session:
                 except Exception as error:
                     log.warning("session %s: closing %s failed: %s", self.id, type(stage).__name__, error)
         self.recorder.finish(status)
+        self.client_log.finish()
 
     def describe(self) -> dict[str, Any]:
-        """What ``GET /v1/sessions`` shows: state and the same per-turn figures as a local run's metrics.json."""
-        turns = [turn.record() for turn in sorted(self.recorder.turns.values(), key=lambda t: t.turn)
-                 if turn.user or turn.assistant]
+        """What ``GET /v1/sessions`` shows: state and the same per-turn figures as a local run's metrics.json.
+
+        The words (turns' text, the LLM's history) only with ``server.log_transcripts``.
+        """
+        turns = self.recorder.records()
+        shows_history = self.limits.log_transcripts and isinstance(self.pipeline.llm, LLMStage)
         return {"id": self.id, "status": self.status, "started_at": round(self.started_at, 3),
                 "pipeline": self.pipeline.index, "tts": "own" if self._own_tts is not None else "pooled",
                 "responses_completed": self.responses_completed,
                 "responses_cancelled": self.responses_cancelled, "summary": self.recorder.summary(),
                 "turns": turns, "metrics_path": str(self.recorder.metrics_path),
-                "history": self.pipeline.llm.history(HISTORY_SHOWN) if isinstance(self.pipeline.llm, LLMStage)
-                else None}
+                "history": self.pipeline.llm.history(HISTORY_SHOWN) if shows_history else None}

@@ -29,9 +29,13 @@ class ServerSettings:
         max_rate: highest such rate.
         max_instructions_chars: longest ``session.update`` instructions accepted.
         idle_timeout_s: a session without a client event for this long is closed.
+        max_queued_events: events waiting for a client that does not read them; one more closes its session
+            (an ``error``, close code 1008), so a silent client cannot grow the server's memory.
         partial_transcripts_s: while the user speaks, the utterance so far is transcribed again after each this
             many seconds of new speech, and what it adds goes out as ``input_audio_transcription.delta``;
             null: one delta with the whole transcript, just before ``.completed``.
+        log_transcripts: the users' and the assistant's words go to the log, each session's transcript.jsonl
+            and metrics.json, and ``GET /v1/sessions``; off (the default), only the figures do.
         engine: ``local`` (this process holds every pipeline) or ``ray`` (Ray Serve replicas, each holding
             ``max_sessions`` pipelines, behind one endpoint; ``RAY_ADDRESS`` joins a cluster).
         replicas: with ``engine=ray``, how many replicas.
@@ -50,7 +54,9 @@ class ServerSettings:
     max_rate: Annotated[int, RATE]
     max_instructions_chars: Annotated[int, Range(1)]
     idle_timeout_s: Annotated[float, Range(0, exclusive=True)]
+    max_queued_events: Annotated[int, Range(16, 1 << 20)] = 1024
     partial_transcripts_s: Annotated[float, Range(0.3, 10)] | None = 1.0
+    log_transcripts: bool = False
     engine: Annotated[str, OneOf(("local", "ray"))] = "local"
     replicas: Annotated[int, Range(1, 64)] = 1
     replica_cpus: Annotated[float, Range(0, 256)] = 1.0
