@@ -21,7 +21,7 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from s2s import runtimes
 from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
-from s2s.platform import DEVICES, resolve_device, runtimes_unavailable, valid_device
+from s2s.platform import DEVICES, detect, resolve_device, runtimes_unavailable, valid_device
 from s2s.stage import Stage
 
 ALLOWED_PACKAGE = "s2s"
@@ -312,8 +312,8 @@ def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
     # what the platform config says (more specific, e.g. Intel Macs) over where each runtime's extra installs
     unavailable = {**runtimes_unavailable(str(platform.os)),
                    **OmegaConf.to_container(platform.get("unavailable") or DictConfig({}))}
-    return ValidationContext(group=group, platform=str(platform.name), os=str(platform.os),
-                             accelerator=str(platform.accelerator), unavailable=unavailable)
+    return ValidationContext(group, str(platform.name), str(platform.os), str(platform.accelerator), unavailable,
+                             here=str(platform.os) == detect().os)
 
 
 def validate(cfg: DictConfig) -> list[StageSpec]:

@@ -41,6 +41,7 @@ class ValidationContext:
     os: str  # linux | macos | windows
     accelerator: str  # cpu | cuda | mps
     unavailable: Mapping[str, str] = field(default_factory=dict)  # runtime -> why it cannot run here (platform config)
+    here: bool = False  # the platform judged is the machine this runs on: what is installed here counts
 
     def error(self, key: str, value: Any, expected: str | Iterable[Any]) -> ConfigError:
         return ConfigError(f"{self.group}.{key}", value, expected)

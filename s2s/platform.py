@@ -9,6 +9,10 @@ import platform as _platform
 import shutil
 import sys
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from s2s.config_errors import ValidationContext
 
 PLATFORMS = ("linux", "linux_cuda", "macos", "macos_intel", "windows", "windows_cuda")
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -65,6 +69,16 @@ def detect() -> Machine:
     arch = _platform.machine().lower()
     apple_silicon = os_name == "macos" and arch in ("arm64", "aarch64")
     return Machine(os=os_name, arch=arch, cuda=os_name != "macos" and _has_nvidia_gpu(), mps=apple_silicon)
+
+
+def machine_context(group: str) -> ValidationContext:
+    """What validation knows when a stage is judged for the machine it runs on (e.g. a session's change)."""
+    from s2s.config_errors import ValidationContext
+
+    machine = detect()
+    accelerator = "cuda" if machine.cuda else "mps" if machine.mps else "cpu"
+    return ValidationContext(group=group, platform=machine.platform, os=machine.os, accelerator=accelerator,
+                             unavailable=runtimes_unavailable(machine.os), here=True)
 
 
 def resolve_device(requested: str, accelerator: str) -> str:

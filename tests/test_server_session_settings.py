@@ -11,7 +11,8 @@ from s2s.config_errors import ConfigErrors
 from s2s.server.pipelines import Pool
 from s2s.server.protocol import ProtocolError, SessionUpdate, TurnDetection
 from s2s.server.session_settings import SessionSettings, StageRules
-from s2s.tts.base import TTSStage, machine_context
+from s2s.platform import machine_context
+from s2s.tts.base import TTSStage
 
 VAD = {"threshold": 0.5, "min_silence_ms": 700, "speech_pad_ms": 100, "onnx": True}
 
@@ -166,11 +167,11 @@ def test_a_voice_changed_in_place_is_judged_by_the_config_rules_and_set_back_on_
     pool.setup(warm_up=False)
     pipeline = pool.acquire()
     tts = dict(pipeline.stages)["tts"]
-    assert pipeline.change_in_place("tts", {"voice": "b"}, machine_context())
+    assert pipeline.change_in_place("tts", {"voice": "b"}, machine_context("tts"))
     assert (tts.voice, tts.setups, tts.changed) == ("b", 1, ["b"])
     with pytest.raises(ConfigErrors, match="tts.voice=c: invalid"):
-        tts.apply_settings({"voice": "c"})
-    assert not pipeline.change_in_place("tts", {"model": "n"}, machine_context()) and tts.model == "m"
+        tts.apply_settings({"voice": "c"}, machine_context("tts"))
+    assert not pipeline.change_in_place("tts", {"model": "n"}, machine_context("tts")) and tts.model == "m"
     pool.give_back(pipeline)
     assert (tts.voice, tts.setups, tts.changed) == ("a", 1, ["b", "a"])  # the next session hears the config's
     pool.give_back(pool.acquire())

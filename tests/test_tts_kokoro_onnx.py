@@ -4,12 +4,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from s2s.platform import machine_context
 from s2s import audio
 from s2s.messages import ReplyAudio, ReplyText
 from s2s.tts.kokoro_onnx import KokoroOnnxTTS
 
 pytestmark = pytest.mark.slow
 
+
+HERE = machine_context("tts")  # settings changed in place are judged for this machine, as a session's are
 
 @pytest.fixture(scope="module")
 def kokoro(tmp_path_factory):
@@ -49,12 +52,12 @@ def test_voice_and_speed_change_in_place_as_a_stage_built_with_them_and_nothing_
     loads = spy(monkeypatch, onnxruntime.InferenceSession, "__init__")
     configured = kokoro.settings()
     try:
-        assert kokoro.apply_settings({"voice": "jm_kumo", "speed": 1.3}) is True
+        assert kokoro.apply_settings({"voice": "jm_kumo", "speed": 1.3}, HERE) is True
         assert np.array_equal(np.concatenate(list(kokoro.synthesize("Good morning.", None))), expected)
         assert loads == []
         with pytest.raises(ValueError, match="tts.voice=af_heart"):
-            kokoro.apply_settings({"voice": "af_heart"})
+            kokoro.apply_settings({"voice": "af_heart"}, HERE)
         assert kokoro.voice == "jm_kumo"
     finally:
-        kokoro.apply_settings(configured)
+        kokoro.apply_settings(configured, HERE)
     assert (kokoro.voice, kokoro.speed) == ("jf_alpha", 1.0)

@@ -11,6 +11,7 @@ import unicodedata
 import numpy as np
 import pytest
 
+from s2s.platform import machine_context
 from s2s import audio, sharing
 from s2s.config import validate
 from s2s.config_errors import ConfigErrors
@@ -24,6 +25,8 @@ from tests.fixtures import piper as tiny
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                   reason="espeak-ng is not installed (apt-get install espeak-ng)")
 
+
+HERE = machine_context("tts")  # settings changed in place are judged for this machine, as a session's are
 
 @pytest.fixture(scope="session")
 def voices():
@@ -285,14 +288,14 @@ def test_speaker_and_speed_change_in_place_as_a_stage_built_with_them_and_nothin
     expected = np.concatenate(list(built.synthesize("Hello there.", None)))
     stage = make_stage(voices["multi"], **quiet)
     loads = spy(monkeypatch, onnxruntime.InferenceSession, "__init__")
-    assert stage.apply_settings({"speaker": "bob", "speed": 1.5}) is True
+    assert stage.apply_settings({"speaker": "bob", "speed": 1.5}, HERE) is True
     assert np.array_equal(np.concatenate(list(stage.synthesize("Hello there.", None))), expected)
     assert loads == [] and stage.settings()["speaker"] == "bob"
     with pytest.raises(ConfigErrors, match="tts.speaker=dave: invalid; expected a speaker of this voice"):
-        stage.apply_settings({"speaker": "dave"})  # the config's own rule; nothing changed
+        stage.apply_settings({"speaker": "dave"}, HERE)  # the config's own rule; nothing changed
     with pytest.raises(ConfigErrors, match="tts.speed=9"):
-        stage.apply_settings({"speed": 9.0})
+        stage.apply_settings({"speed": 9.0}, HERE)
     assert (stage.speaker, stage.speed) == ("bob", 1.5)
-    assert stage.apply_settings({"model": str(voices["single"])}) is False and stage.model == str(voices["multi"])
+    assert stage.apply_settings({"model": str(voices["single"])}, HERE) is False and stage.model == str(voices["multi"])
     make_stage(voices["single"])
     assert len(loads) == 1  # the spy sees a load: a new stage loads its model, a change in place does not

@@ -16,6 +16,7 @@ import supertonic
 from packaging.requirements import Requirement
 
 from graph_stages import CountingSource, Recognizer, Segmenter, Talker
+from s2s.platform import machine_context
 from s2s import sharing
 from s2s.config import validate
 from s2s.config_errors import ConfigErrors
@@ -27,6 +28,8 @@ from s2s.tts.supertonic import SupertonicTTS
 from spies import spy
 from tests.conftest import CACHE, ROOT, compose_config, run_cli
 from tests.fixtures import supertonic as tiny
+
+HERE = machine_context("tts")  # settings changed in place are judged for this machine, as a session's are
 
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 # The reference system's list (huggingface/speech-to-speech, TTS/supertonic_tts_handler.py)
@@ -158,7 +161,7 @@ def test_voice_speed_steps_and_language_change_in_place_as_a_stage_built_with_th
     expected = np.concatenate(list(make_stage(folder, **changes).synthesize("Buenos días.", None)))
     stage = make_stage(folder)
     loads = spy(monkeypatch, onnxruntime.InferenceSession, "__init__")
-    assert stage.apply_settings(changes) is True
+    assert stage.apply_settings(changes, HERE) is True
     assert np.array_equal(np.concatenate(list(stage.synthesize("Buenos días.", None))), expected)
     assert loads == [] and stage.settings() == changes
     for bad, message in (({"voice": "alloy"}, "tts.voice=alloy: invalid; expected one of M1, M2"),
@@ -166,9 +169,9 @@ def test_voice_speed_steps_and_language_change_in_place_as_a_stage_built_with_th
                          ({"total_steps": 0}, "tts.total_steps=0: invalid; expected a number from 1 to 100"),
                          ({"language": "zh"}, "tts.language=zh: invalid; expected one of en, ko, ja")):
         with pytest.raises(ConfigErrors, match=re.escape(message)):
-            stage.apply_settings(bad)
+            stage.apply_settings(bad, HERE)
     assert stage.settings() == changes  # nothing changed
-    assert stage.apply_settings({"model": None}) is False  # another model is another stage
+    assert stage.apply_settings({"model": None}, HERE) is False  # another model is another stage
 
 
 def test_the_thread_budget_reaches_the_four_sessions_and_sharing_loads_them_once(folder):

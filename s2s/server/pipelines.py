@@ -76,7 +76,7 @@ class Pipeline:
         for name, stage in self.stages:
             try:
                 if name in configured and stage.settings() != configured[name]:  # type: ignore[attr-defined]
-                    stage.apply_settings(configured[name])  # type: ignore[attr-defined]
+                    stage.restore_settings(configured[name])  # type: ignore[attr-defined]
                 stage.reset()
             except Exception as error:  # a reset failing must not keep the pipeline from the pool
                 log.warning("resetting %s failed: %s: %s", name, type(error).__name__, error)

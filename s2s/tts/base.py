@@ -8,16 +8,7 @@ from typing import Any, ClassVar
 from s2s import audio
 from s2s.config_errors import ConfigErrors, ValidationContext
 from s2s.messages import Data, Message, ReplyAudio, ReplyText
-from s2s.platform import detect, runtimes_unavailable
 from s2s.stage import Stage
-
-
-def machine_context(group: str = "tts") -> ValidationContext:
-    """What validation knows when a running stage is judged: the machine it runs on."""
-    machine = detect()
-    accelerator = "cuda" if machine.cuda else "mps" if machine.mps else "cpu"
-    return ValidationContext(group=group, platform=machine.platform, os=machine.os, accelerator=accelerator,
-                             unavailable=runtimes_unavailable(machine.os))
 
 
 class TTSStage(Stage):
@@ -60,7 +51,7 @@ class TTSStage(Stage):
         """The current values of ``runtime_keys`` (what :meth:`apply_settings` takes to restore them)."""
         return {key: getattr(self, key) for key in self.runtime_keys}
 
-    def apply_settings(self, changes: Mapping[str, Any], context: ValidationContext | None = None) -> bool:
+    def apply_settings(self, changes: Mapping[str, Any], context: ValidationContext) -> bool:
         """Change constructor keywords of the set-up stage in place, without reloading its model.
 
         The new values are judged first by the rules a config is judged by (:func:`s2s.config.override_errors`:
@@ -68,7 +59,7 @@ class TTSStage(Stage):
 
         Args:
             changes: key -> new value.
-            context: the group and platform to judge them for (None: ``tts`` on this machine).
+            context: the group and platform to judge them for (the caller's: a stage knows no platform).
 
         Returns:
             False, having changed nothing, when a key is not one of ``runtime_keys`` (build a new stage).
@@ -80,12 +71,19 @@ class TTSStage(Stage):
             return False
         from s2s.config import override_errors  # deferred: s2s.config is a room above the stages
 
-        if errors := override_errors(type(self), self.constructed(), dict(changes), context or machine_context()):
+        if errors := override_errors(type(self), self.constructed(), dict(changes), context):
             raise ConfigErrors(errors)
         for key, value in changes.items():
             setattr(self, key, value)
         self.settings_changed(set(changes))
         return True
+
+    def restore_settings(self, values: Mapping[str, Any]) -> None:
+        """Set back values :meth:`settings` returned earlier (already judged when the stage was configured)."""
+        if changed := {key for key, value in values.items() if getattr(self, key) != value}:
+            for key in changed:
+                setattr(self, key, values[key])
+            self.settings_changed(changed)
 
     def constructed(self) -> dict[str, Any]:
         """The constructor keywords this stage holds as attributes of the same name."""

@@ -22,7 +22,6 @@ from typing import Annotated, Any
 import numpy as np
 
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
-from s2s.platform import detect
 from s2s.onnx import cpu_session
 from s2s.stage import require
 from s2s.tts.base import TTSStage
@@ -90,8 +89,10 @@ def speaker_id(config: dict[str, Any], speaker: str | int | None) -> int:
     raise ValueError(f"a speaker of this voice: {named}an id from 0 to {count - 1}")
 
 
-def missing_espeak(os_name: str) -> str:
-    return f"the {ESPEAK} program, which is not on PATH; install it with: {INSTALL.get(os_name, INSTALL['linux'])}"
+def missing_espeak(os_name: str | None) -> str:
+    """What to install, for ``os_name`` (None: a stage setting up knows no platform, so every OS's way)."""
+    how = INSTALL[os_name] if os_name in INSTALL else "; ".join(f"{name}: {way}" for name, way in INSTALL.items())
+    return f"the {ESPEAK} program, which is not on PATH; install it with: {how}"
 
 
 def split_clauses(text: str) -> list[tuple[str, str, bool]]:
@@ -178,7 +179,7 @@ class PiperTTS(TTSStage):
         if phoneme_type not in PHONEME_TYPES:
             errors.append(context.error("model", shown, f"a Piper voice with phoneme_type {' or '.join(PHONEME_TYPES)}"
                                                         f" (this one has {phoneme_type})"))
-        elif phoneme_type == "espeak" and context.os == detect().os and shutil.which(ESPEAK) is None:
+        elif phoneme_type == "espeak" and context.here and shutil.which(ESPEAK) is None:
             errors.append(context.error("model", shown, f"a voice whose phonemes can be made here: it needs "
                                                         f"{missing_espeak(context.os)}"))
         try:
@@ -198,7 +199,7 @@ class PiperTTS(TTSStage):
         if self._phoneme_type == "espeak":
             program = shutil.which(ESPEAK)
             if program is None:
-                raise RuntimeError(f"tts=piper needs {missing_espeak(detect().os)}")
+                raise RuntimeError(f"tts=piper needs {missing_espeak(None)}")
             self._espeak = [program, "-q", "-b", "1", "--ipa", "-v", str(config["espeak"]["voice"])]
         self.sample_rate = int(config["audio"]["sample_rate"])
         self._ids = {symbol: list(ids) for symbol, ids in config["phoneme_id_map"].items()}
