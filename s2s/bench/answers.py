@@ -65,7 +65,7 @@ def ask(stage: Any, clock: StreamClock, question: Question) -> dict[str, Any]:
                 first_chunk_s = first_chunk_s or time.perf_counter() - clock.start
                 chunks.append(message.text)
             elif isinstance(message, Metric) and message.name == "llm_confidence":
-                confidence = {"mean": message.value, **{key: message.extra[key] for key in ("min", "decided_s")}}
+                confidence = {"mean": message.extra["mean"], "min": message.extra["min"], "decided_s": message.value}
     return {"question": " / ".join(question.turns), "kind": question.kind, "reply": " ".join(chunks),
             "first_words_s": clock.first_words_s, "first_chunk_s": first_chunk_s, "confidence": confidence}
 

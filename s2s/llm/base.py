@@ -236,10 +236,11 @@ class LLMStage(Stage):
                     if isinstance(piece, ToolCall):
                         calls.append(piece)
                         continue
-                    if isinstance(piece, Confidence):  # a calibrated backend measured its first tokens
-                        yield Metric(message.turn, "llm_confidence", piece.mean,
-                                     {"event": "llm_confidence", "min": piece.min, "tokens": piece.tokens,
-                                      "decided_s": piece.seconds, "verdict": piece.verdict})
+                    if isinstance(piece, Confidence):  # a calibrated backend measured its first tokens (an event
+                        # of the turn, as a tool call is: its value is when, the probabilities are its details)
+                        yield Metric(message.turn, "llm_confidence", piece.seconds,
+                                     {"event": "llm_confidence", "mean": piece.mean, "min": piece.min,
+                                      "tokens": piece.tokens, "verdict": piece.verdict})
                         continue
                     if isinstance(piece, Capped):
                         capped = True
