@@ -58,6 +58,10 @@ def normalise(sentence: str) -> str:
     return re.sub(r"[\W_]+", " ", sentence.lower()).strip()
 
 
+_TRIM_SENTENCE = re.compile(r"[.!?][\"')\]]*(?=\s|$)")
+_TRIM_CLAUSE = re.compile(r"[\s,;:\u2014-]+$")
+
+
 class SentenceSplitter:
     """Accumulates streamed text and releases it in chunks for TTS: a short first chunk, then whole sentences.
 
@@ -120,6 +124,18 @@ class SentenceSplitter:
             self._kept.append(self._buffer)
             yield rest
         self._buffer, self._spoken = "", 0
+
+    def trim(self) -> None:
+        """Drop the unreleased text's unfinished end (the reply hit its token cap): back to the reply's last
+        sentence end, else to its last whole word (without a trailing comma); a single cut word goes altogether."""
+        tail = self._buffer[self._spoken:]
+        if ends := list(_TRIM_SENTENCE.finditer(tail)):
+            tail = tail[:ends[-1].end()]
+        elif self._kept or _TRIM_SENTENCE.search(self._buffer[:self._spoken].rstrip()):  # a sentence ended
+            tail = ""
+        else:
+            tail = _TRIM_CLAUSE.sub("", tail.rstrip().rpartition(" ")[0] if " " in tail.strip() else "")
+        self._buffer = self._buffer[:self._spoken] + tail
 
     def _first_cut(self, ends: list[int]) -> int | None:
         """Where the first chunk ends: a clause or sentence end after enough words, else the N-th word."""

@@ -171,14 +171,16 @@ def test_answer_benchmark_scores_the_llm_stage_alone(tmp_path, monkeypatch):
 
 
 def test_answer_benchmark_command_asks_the_whole_set(tmp_path):
-    from s2s.bench.questions import QUESTIONS
+    from s2s.bench.answer_set import ANSWER_SET
 
     result = subprocess.run([sys.executable, "-m", "s2s.bench", "answers", "llm=echo"], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith(("[hit ]", "[miss]"))]
-    assert len(lines) == len(QUESTIONS) == 20 and QUESTIONS[0][0] in lines[0]
-    assert re.search(r"score \d+/20 = \d\.\d\d; first 5 words median \d\.\d\d s", result.stdout)
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("[right ]", "[wrong ]", "[unsure]"))]
+    assert len(lines) == len(ANSWER_SET) >= 100 and ANSWER_SET[0].ask in lines[0]
+    assert re.search(r"right \d+ \(\d+%\), confidently wrong \d+ \(\d+%\), unsure \d+ \(\d+%\) of \d+; "
+                     r"first 5 words median \d\.\d\d s", result.stdout)
+    assert re.search(r"peak memory \d+(\.\d)? MiB", result.stdout)
     bad = subprocess.run([sys.executable, "-m", "s2s.bench", "answers", "llm=echo", "llm.prefix=1", "--nope"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2

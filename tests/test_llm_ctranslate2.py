@@ -23,6 +23,11 @@ TOOLS_MODULE = "tests.fixtures.weather_tools"
 MODELS = CACHE / "models"
 
 
+def text(pieces) -> str:
+    """A stream's text (its confidence and cap markers left out)."""
+    return "".join(piece for piece in pieces if isinstance(piece, str))
+
+
 def tiny(kind: str, **kwargs) -> CTranslate2LM:
     """A set-up stage on the tiny tool-calling LM (a transformers folder, converted once into the cache)."""
     options = {"device": "cpu", "compute_type": "float32", "system_prompt": None, "history_turns": 2,
@@ -53,7 +58,7 @@ def spoken(out) -> list[str]:
 
 def test_the_reply_streams_token_by_token_into_a_short_first_chunk_then_sentences(native):
     native.reset()
-    pieces = [piece for piece in native.stream(native.chat_messages(weather_tools.CAPITAL))]
+    pieces = [piece for piece in native.stream(native.chat_messages(weather_tools.CAPITAL)) if isinstance(piece, str)]
     assert "".join(pieces) == weather_tools.CAPITAL_REPLY and len(pieces) > 5  # streamed, not in one piece
     out = list(native.process(Transcript(weather_tools.CAPITAL, 0, "en")))
     # first_chunk_words=4: the TTS starts on four words, then the rest of the sentence, then whole sentences
@@ -104,7 +109,7 @@ def test_the_repetition_guard_penalises_the_reply_only_as_llm_transformers_does(
     native.repetition_penalty = 2.0
     try:
         messages = native.chat_messages(weather_tools.CAPITAL)
-        guarded = "".join(native.stream(messages))
+        guarded = text(native.stream(messages))
         assert guarded == "".join(reference.stream(messages))
         assert guarded != weather_tools.CAPITAL_REPLY and guarded.startswith("The capital of France is Paris.")
     finally:
@@ -211,7 +216,7 @@ def test_a_converted_folder_loads_as_given(native, tmp_path):
     stage = CTranslate2LM(model=str(folder), device="cpu", compute_type="int8", system_prompt=None)
     stage.setup()
     try:
-        assert "".join(stage.stream(stage.chat_messages(weather_tools.CAPITAL))).startswith("The capital")
+        assert text(stage.stream(stage.chat_messages(weather_tools.CAPITAL))).startswith("The capital")
     finally:
         stage.close()
     assert not list(tmp_path.iterdir())
@@ -269,7 +274,8 @@ def test_the_option_keeps_llm_transformers_keys_and_system_prompt(tmp_path):
     ours = OmegaConf.load(CONF_DIR / "llm" / "ctranslate2.yaml")
     theirs = OmegaConf.load(CONF_DIR / "llm" / "transformers.yaml")
     assert ours.system_prompt == theirs.system_prompt
-    assert set(theirs) - set(ours) == {"dtype"} and set(ours) - set(theirs) == {"compute_type", "static_prompt"}
+    assert set(theirs) - set(ours) == {"dtype"} and set(ours) - set(theirs) == {"compute_type", "static_prompt", "unsure_below",
+                                                                       "dont_know_below", "unsure_measure"}
     [spec] = [s for s in validate(compose_config(["llm=ctranslate2"], tmp_path)) if s.group == "llm"]
     assert spec.kwargs["compute_type"] == "int8" and spec.kwargs["device"] == "cpu"
 

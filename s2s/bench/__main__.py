@@ -11,8 +11,9 @@ recognition set (espeak-ng voices and rates, real recordings) against its time, 
 python -m s2s.bench turns [key=value ...] [--variant "key=value ..."]...: cut-offs in a pause and the endpoint
 after a complete turn, for turn=silence and turn=smart_turn (or the variants given), on the VAD alone.
 
-python -m s2s.bench answers [key=value ...]: the LLM stage alone on the answer set (spoken-style questions with
-the key words of a right answer): hit or miss per question, the score, first-5-words latency, peak memory.
+python -m s2s.bench answers [key=value ...] [--sweep-unsure]: the LLM stage alone on the answer set (110 spoken-style
+questions with the key words of a right answer): right, confidently wrong or unsure per question and in all, the
+first-5-words latency, peak memory; --sweep-unsure scores the calibration thresholds from the same run.
 
 The TTS benchmark is a config option instead (conf/experiment/), so it sweeps like everything else:
 python run.py -m experiment=tts_benchmark tts=...
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     answers = commands.add_parser("answers", help="the LLM stage alone on the answer set: score and latency")
     answers.add_argument("overrides", nargs="*", metavar="key=value",
                          help="config overrides such as llm=ctranslate2 llm.compute_type=float32")
+    answers.add_argument("--sweep-unsure", action="store_true",
+                         help="generate with calibration off and score llm.unsure_below / llm.dont_know_below "
+                              "thresholds on each reply's confidence")
     turns = commands.add_parser("turns", help="cut-offs in a pause and endpoints, turn=silence vs turn=smart_turn")
     turns.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every variant")
     turns.add_argument("--variant", metavar="'key=value ...'", type=str.split, action="append", default=[],
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         if bad := [item for item in [*args.overrides, *extra] if "=" not in item]:
             parser.error(f"{args.command} takes key=value overrides, got {' '.join(bad)!r}")
         return bench_recognition(args.overrides, args.versus, args.clips) if args.command == "recognition" \
-            else bench_answers(args.overrides)
+            else bench_answers(args.overrides, sweep_unsure=args.sweep_unsure)
     if args.command == "latency":
         overrides = [item for item in args.inputs if "=" in item]
         if args.versus is not None and not all("=" in item for item in args.versus):

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from s2s.languages import language_name
+from s2s.llm.calibration import Capped, Confidence
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
 from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd
 from s2s.stage import Stage
@@ -226,7 +227,7 @@ class LLMStage(Stage):
             spoken: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
             start: ``perf_counter`` when the turn began, for the first-token metric.
         """
-        first, failed = True, False
+        first, failed, capped = True, False, False
         for round_ in range(MAX_TOOL_ROUNDS + 1):
             calls: list[ToolCall] = []
             pieces = self.stream(messages)
@@ -234,6 +235,15 @@ class LLMStage(Stage):
                 for piece in pieces:
                     if isinstance(piece, ToolCall):
                         calls.append(piece)
+                        continue
+                    if isinstance(piece, Confidence):  # a calibrated backend measured its first tokens (an event
+                        # of the turn, as a tool call is: its value is when, the probabilities are its details)
+                        yield Metric(message.turn, "llm_confidence", piece.seconds,
+                                     {"event": "llm_confidence", "mean": piece.mean, "min": piece.min,
+                                      "tokens": piece.tokens, "verdict": piece.verdict})
+                        continue
+                    if isinstance(piece, Capped):
+                        capped = True
                         continue
                     if first and piece.strip():
                         first = False
@@ -264,6 +274,8 @@ class LLMStage(Stage):
                               "result": result.output, "error": result.error})
             messages = [*messages, *self.tool_messages(calls, results)]
         if not failed:  # after a failure the unfinished sentence is dropped rather than spoken half
+            if capped:  # the token cap may have cut the last word: end at a sentence or a whole word
+                splitter.trim()
             for sentence in splitter.finish():
                 if text := clean_for_speech(sentence):
                     yield ReplyText(text, message.turn, message.language)

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from s2s.config_errors import ConfigError, OneOf, Range, ValidationContext
 from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.calibration import Calibrator, Capped, Confidence, Measure
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import build_once, cache_root, local_path, model_source
 from s2s.sharing import shared_model
@@ -131,6 +132,11 @@ class CTranslate2LM(TemplateTools, LLMStage):
         cache_dir: where conversions are kept.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null. Chat templates
             with a tools section get them natively; others get them in the system prompt (``<tool_call>``).
+        unsure_below: when the model's confidence in the reply's first tokens (``unsure_measure`` of their
+            probabilities, :mod:`s2s.llm.calibration`) is below this, the reply starts "I'm not sure, but I
+            think"; null: never.
+        dont_know_below: below this the reply is "I don't know that one." instead; null: never.
+        unsure_measure: ``mean`` or ``min`` token probability over the first sentence (8 tokens at most).
     """
 
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto", compute_type: ComputeType = "int8",
@@ -143,7 +149,9 @@ class CTranslate2LM(TemplateTools, LLMStage):
                  first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
                  language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
                  follow_user_language: bool = True, cache_dir: str | None = None,
-                 tools: str | None = None) -> None:
+                 tools: str | None = None, unsure_below: Annotated[float, Range(0, 1)] | None = None,
+                 dont_know_below: Annotated[float, Range(0, 1)] | None = None,
+                 unsure_measure: Measure = "mean") -> None:
         self.model_name = model
         self.device = "cpu" if device in ("auto", "mps") else device  # validation has resolved auto already
         self.compute_type = compute_type
@@ -152,6 +160,7 @@ class CTranslate2LM(TemplateTools, LLMStage):
         self.repetition_penalty = repetition_penalty
         self.static_prompt = static_prompt
         self.cache_dir = cache_dir
+        self.unsure_below, self.dont_know_below, self.unsure_measure = unsure_below, dont_know_below, unsure_measure
         self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
                         history_tokens, language, follow_user_language)
         self._generator: Any = None
@@ -220,7 +229,7 @@ class CTranslate2LM(TemplateTools, LLMStage):
             return static, ids[len(static):]
         return [], ids
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped]:
         static, rest = self.prompt(self._with_tools(messages))
         # pulled, not pushed: generate_tokens' own queue is unbounded, so the callback holds generation while the
         # reader is STREAM_AHEAD tokens behind (the runner's first-audio pause leaves the CPU to the TTS)
@@ -237,27 +246,35 @@ class CTranslate2LM(TemplateTools, LLMStage):
         steps = self._generator.generate_tokens(
             self._tokenizer.tokens(rest), max_length=self.max_new_tokens, end_token=self._end_ids,
             repetition_penalty=self.repetition_penalty, static_prompt=self._tokenizer.tokens(static) or None,
-            callback=pace, **sampling)
+            callback=pace, return_log_prob=True, **sampling)
         decode = self._tokenizer.decoder()
         calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
+        question = str(messages[-1].get("content") or "") if messages else ""
+        calibrator = Calibrator(self.unsure_below, self.dont_know_below, self.unsure_measure, question)
+        generated, ended = 0, False
         try:
             for step in steps:
                 room.release()
+                generated += 1
                 if step.token_id in self._end_ids:
+                    ended = True
                     break
-                text = decode(step.token_id)
-                if not text:
-                    continue
-                if calls is None:
-                    yield text
-                else:
-                    yield from calls.feed(text)
+                if text := decode(step.token_id):
+                    for piece in (text,) if calls is None else calls.feed(text):
+                        yield from calibrator.feed(piece, step.log_prob)
+                if calibrator.stop:
+                    break
         finally:  # also when the reader closes this generator: the next step's callback stops generation
             cancelled.set()
             room.release()
             steps.close()
+        if calls is not None and not calibrator.stop:
+            for piece in calls.finish():
+                yield from calibrator.feed(piece, None)
+        yield from calibrator.finish()
+        if not ended and not calibrator.stop and generated >= self.max_new_tokens:
+            yield Capped()  # the last word may be cut ("... July 20th, 196cederadio"): the base trims it
         if calls is not None:
-            yield from calls.finish()
             yield from calls.calls
 
     def close(self) -> None:

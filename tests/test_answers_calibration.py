@@ -1,0 +1,169 @@
+"""Calibrated answers (llm.unsure_below / llm.dont_know_below) on a tiny random LM, the token cap's trim to a
+whole word, and the answer benchmark's three-way scorer on fixed replies."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import CACHE
+from s2s.bench.answer_set import ANSWER_SET, Question, verdict
+from s2s.bench.unsure_sweep import calibrated
+from s2s.llm.calibration import DONT_KNOW, UNSURE_PREFIX, Calibrator, Confidence, hedged
+from s2s.llm.ctranslate2_lm import CTranslate2LM
+from s2s.messages import Metric, ReplyText, Transcript
+from s2s.text import SentenceSplitter
+from tests.fixtures import tiny_lm
+
+MODELS = CACHE / "models"
+
+
+@pytest.fixture(scope="module")
+def random_lm():
+    """A random-weight tiny LM folder: its token probabilities are low and it never stops on its own."""
+    from s2s.models import build_once
+
+    return build_once(MODELS / "tiny-lm-random-0", lambda out: tiny_lm.build(out), "random tiny LM")
+
+
+def stage_on(folder, **options) -> CTranslate2LM:
+    stage = CTranslate2LM(model=str(folder), device="cpu", compute_type="float32", system_prompt=None,
+                          repetition_penalty=2.0, cache_dir=str(MODELS), **{"max_new_tokens": 24, **options})
+    stage.threads = 1
+    stage.setup()
+    return stage
+
+
+def reply(stage: CTranslate2LM, text: str) -> tuple[str, list[Metric]]:
+    stage.reset()
+    messages = list(stage.process(Transcript(text, 0, "en")))
+    return (" ".join(m.text for m in messages if isinstance(m, ReplyText)),
+            [m for m in messages if isinstance(m, Metric) and m.name == "llm_confidence"])
+
+
+QUESTIONS = ("hello world", "tell me a story", "how many legs", "good morning")  # replies with words
+
+
+def test_a_threshold_above_every_probability_hedges_every_reply_and_zero_none(random_lm):
+    for options, hedges in (({"unsure_below": 1.0}, True), ({"unsure_below": 0.0}, False), ({}, False)):
+        stage = stage_on(random_lm, **options)
+        try:
+            for question in QUESTIONS:
+                text, [confidence] = reply(stage, question)
+                assert text.startswith(UNSURE_PREFIX) == hedges, (options, text)
+                assert 0 < confidence.extra["min"] <= confidence.extra["mean"] < 1 and 0 < confidence.value < 5
+                assert confidence.extra["verdict"] == ("unsure" if hedges else "sure")
+        finally:
+            stage.close()
+
+
+def test_a_very_low_confidence_is_replaced_by_i_dont_know(random_lm):
+    stage = stage_on(random_lm, unsure_below=1.0, dont_know_below=1.0)
+    try:
+        for question in QUESTIONS:
+            assert reply(stage, question)[0] == DONT_KNOW
+            assert stage.history()[-1]["content"] == DONT_KNOW  # what was said is what the model sees next
+    finally:
+        stage.close()
+
+
+def test_a_reply_cut_by_the_token_cap_ends_at_a_whole_word(random_lm):
+    long = stage_on(random_lm, max_new_tokens=200)
+    try:
+        full = {question: reply(long, question) and long.history()[-1]["content"] for question in QUESTIONS}
+    finally:
+        long.close()
+    for cap in (5, 9, 14, 23):
+        stage = stage_on(random_lm, max_new_tokens=cap)
+        try:
+            for question in QUESTIONS:
+                reply(stage, question)
+                kept = stage.history()[-1]["content"]
+                assert full[question].startswith(kept), (cap, kept, full[question])
+                after = full[question][len(kept):]
+                # what was dropped begins a new word (or the cut word went altogether)
+                assert not kept or not after or not after[0].isalnum() or not kept[-1].isalnum(), (cap, kept)
+        finally:
+            stage.close()
+
+
+def test_the_splitter_trims_a_capped_tail_to_its_last_sentence_or_word():
+    def capped(text: str) -> list[str]:
+        splitter = SentenceSplitter(first_chunk_words=4)
+        out = list(splitter.feed(text))
+        splitter.trim()
+        return [*out, *splitter.finish()]
+
+    assert capped("The moon landing was on July 20th, 196cederadio") == ["The moon landing was", "on July 20th"]
+    assert capped("It was in 1969. The landing was on July 20th, 196ced") == ["It was in 1969."]
+    assert capped("The landing was in July. It was a Sunday.") == ["The landing was in", "July.", "It was a Sunday."]
+    assert capped("Parisxq") == []
+
+
+def test_the_calibrator_measures_what_the_reply_adds_not_the_echoed_question():
+    calibrator = Calibrator(0.5, None, "min", question="What's the capital of France?")
+    out = []
+    for text, probability in ((" The", 0.99), (" capital", 0.99), (" of", 0.99), (" France", 0.99), (" is", 0.9),
+                              (" Lyon", 0.2), (".", 0.9), (" It", 0.9)):
+        out += calibrator.feed(text, __import__("math").log(probability))
+    [confidence] = [piece for piece in out if isinstance(piece, Confidence)]
+    assert confidence.tokens == 2 and confidence.min == pytest.approx(0.2) and confidence.verdict == "unsure"
+    assert "".join(piece for piece in out if isinstance(piece, str)) == \
+        "I'm not sure, but I think the capital of France is Lyon. It"
+    assert hedged("I think so.") == "I'm not sure, but I think I think so." and hedged("NASA did.").endswith("NASA did.")
+
+
+def test_the_scorer_tells_right_from_confidently_wrong_from_unsure():
+    president = Question("Who was the first president of the United States?", ("washington",), ("kennedy",))
+    assert verdict("George Washington was.", president) == "right"
+    assert verdict("The first president was John F. Kennedy.", president) == "wrong"
+    assert verdict("Washington, or maybe Kennedy.", president) == "wrong"  # a known wrong fact spoils it
+    assert verdict("I'm not sure, but I think it was Kennedy.", president) == "unsure"
+    assert verdict("I'm not sure, but I think it was Washington.", president) == "unsure"  # told to doubt it
+    assert verdict("I don't know that one.", president) == "unsure"
+    assert verdict("Abraham Lincoln.", president) == "wrong"
+    legs = Question("How many legs does a spider have?", ("eight", "8"))
+    assert verdict("It has 8 legs.", legs) == "right" and verdict("It has 18 legs.", legs) == "wrong"
+    unknown = Question("What number am I thinking of?", ("read your mind",), kind="unknown")
+    assert verdict("I can't read your mind!", unknown) == "right" and verdict("I dont know.", unknown) == "right"
+    assert verdict("You are thinking of 7.", unknown) == "wrong"
+    assert calibrated("Paris.", {"mean": 0.3, "min": 0.1}, "mean", 0.5, None) == "I'm not sure, but I think paris."
+    assert calibrated("Paris.", {"mean": 0.3, "min": 0.1}, "min", 0.5, 0.2) == DONT_KNOW
+    assert calibrated("Paris.", None, "mean", 0.5, 0.2) == "Paris."
+
+
+def test_the_answer_set_has_every_kind_with_a_hundred_questions_or_more():
+    kinds = {question.kind for question in ANSWER_SET}
+    assert len(ANSWER_SET) >= 100 and kinds == {"fact", "number", "arithmetic", "advice", "follow_up", "decline",
+                                                 "unknown"}
+    assert all(question.right and len(question.turns) == (2 if question.kind == "follow_up" else 1)
+               for question in ANSWER_SET)
+    assert len({question.ask for question in ANSWER_SET}) == len(ANSWER_SET)
+
+
+@pytest.mark.slow
+def test_calibration_turns_confident_mistakes_of_smollm2_into_hedges():
+    """The packaged SmolLM2 on the answer set's 45 facts, with the default threshold and without: aggregates only,
+    with a margin (on the whole set: confidently wrong 66 -> 50 of 111, right 44 both ways). About 4 minutes on
+    one thread."""
+    from conftest import compose_config
+
+    from s2s.bench.answers import StreamClock, ask
+
+    llm = compose_config(["llm=ctranslate2"]).llm
+    stage = CTranslate2LM(system_prompt=llm.system_prompt, compute_type="int8", unsure_below=llm.unsure_below)
+    stage.threads = 1
+    stage.setup()
+    try:
+        clock = StreamClock(stage)
+        stage.stream = clock
+        facts = [question for question in ANSWER_SET if question.kind == "fact"]
+        counts = {}
+        for threshold in (None, llm.unsure_below):
+            stage.unsure_below = threshold
+            verdicts = [verdict(ask(stage, clock, question)["reply"], question) for question in facts]
+            counts[threshold] = {name: verdicts.count(name) for name in ("right", "wrong", "unsure")}
+    finally:
+        stage.close()
+    plain, calibrated_ = counts[None], counts[llm.unsure_below]
+    assert calibrated_["wrong"] <= plain["wrong"] - 3, counts
+    assert calibrated_["right"] >= plain["right"] - 3, counts
+    assert calibrated_["unsure"] >= plain["unsure"] + 3, counts
