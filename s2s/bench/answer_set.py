@@ -9,6 +9,8 @@ also names a key word), and its kind. ``decline`` and ``unknown`` items are answ
 from __future__ import annotations
 
 import re
+import statistics
+from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
 Kind = Literal["fact", "number", "arithmetic", "advice", "follow_up", "decline", "unknown"]
@@ -191,3 +193,12 @@ def verdict(reply: str, question: Question) -> Verdict:
     if says(reply, question.right) and not says(reply, question.wrong):
         return "right"
     return "unsure" if says(reply, UNSURE) else "wrong"
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    kept = [value for value in values if value is not None]
+    return statistics.median(kept) if kept else None
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"

@@ -12,7 +12,6 @@ of ``llm.unsure_below`` / ``llm.dont_know_below`` on the confidence each reply r
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from collections import Counter
@@ -20,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from s2s.bench.answer_set import ANSWER_SET, Question, verdict
+from s2s.bench.answer_set import ANSWER_SET, Question, median, seconds, verdict
 
 FIRST_WORDS = 5
 VERDICTS = ("right", "wrong", "unsure")  # wrong: confidently wrong
@@ -68,15 +67,6 @@ def ask(stage: Any, clock: StreamClock, question: Question) -> dict[str, Any]:
                 confidence = {"mean": message.extra["mean"], "min": message.extra["min"], "decided_s": message.value}
     return {"question": " / ".join(question.turns), "kind": question.kind, "reply": " ".join(chunks),
             "first_words_s": clock.first_words_s, "first_chunk_s": first_chunk_s, "confidence": confidence}
-
-
-def median(values: Sequence[float | None]) -> float | None:
-    kept = [value for value in values if value is not None]
-    return statistics.median(kept) if kept else None
-
-
-def seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"
 
 
 def tally(verdicts: Sequence[str]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from s2s.bench.answer_set import Question, verdict
+from s2s.bench.answer_set import Question, median, seconds, verdict
 from s2s.llm.calibration import DONT_KNOW, hedged
 
 UNSURE_BELOW = (None, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # probabilities: of the first tokens' mean, or their min
@@ -42,7 +42,6 @@ def score(items: list[Question], rows: list[dict[str, Any]], measure: str, unsur
                        question)] += 1
         decided = (row["confidence"] or {}).get("decided_s") if unsure_below or dont_know_below else None
         first_words.append(max(filter(None, (row["first_words_s"], decided)), default=None))
-    from s2s.bench.answers import median
 
     return {"measure": measure, "unsure_below": unsure_below, "dont_know_below": dont_know_below, **counts,
             "first_words_median_s": median(first_words)}
@@ -50,7 +49,6 @@ def score(items: list[Question], rows: list[dict[str, Any]], measure: str, unsur
 
 def sweep(items: list[Question], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every threshold's scores, printed as a table with the best row marked; returned for answers.json."""
-    from s2s.bench.answers import seconds
 
     grid = [(measure, unsure, dont_know) for measure, unsures in (("mean", UNSURE_BELOW), ("min", MIN_BELOW))
             for unsure in unsures for dont_know in DONT_KNOW_BELOW
