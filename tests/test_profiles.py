@@ -21,6 +21,7 @@ EXPECTED_FAILURES = {
     ("cuda_server", "macos_intel"): "tts.backend",
     ("mac_local", "macos_intel"): "tts.backend",   # no Qwen3-TTS backend for Intel Macs
     ("mac_local", "windows"): "tts.backend",       # CPU Windows: no ggml wheel, torch needs CUDA
+    **{("quality", platform): "llm.model" for platform in PLATFORMS},  # the user names the model
 }
 
 
@@ -32,7 +33,7 @@ def compose_profile(overrides: list[str], tmp_path):
 
 
 def test_the_checked_in_profiles():
-    assert PROFILES == ["benchmark", "cpu_edge", "cuda_server", "mac_local", "offline"]
+    assert PROFILES == ["benchmark", "cpu_edge", "cuda_server", "mac_local", "offline", "quality"]
     for name in PROFILES:
         head = (CONF_DIR / "profile" / f"{name}.yaml").read_text().splitlines()
         assert head[0] == "# @package _global_"
@@ -51,7 +52,8 @@ def test_every_profile_validates_on_every_platform_or_says_why_not(profile, plat
         with pytest.raises(ConfigErrors) as caught:
             validate(cfg)
         assert any(error.key == key for error in caught.value.errors), str(caught.value)
-        assert f"{platform}" in str(caught.value) or "cuda" in str(caught.value)  # says what is missing
+        if key != "llm.model":  # a platform's want, not the user's missing model: it says what is missing
+            assert f"{platform}" in str(caught.value) or "cuda" in str(caught.value)
 
 
 def test_profiles_select_what_they_promise(tmp_path):
@@ -88,3 +90,27 @@ def test_dry_run_shows_what_a_profile_runs_on_another_platform(tmp_path):
     assert re.search(r"tts\s+s2s\.tts\.qwen3\.Qwen3TTS .*backend=mlx", on_mac.stdout), on_mac.stdout
     refused = run_cli("profile=cuda_server", "platform=macos", "dry_run=true", cwd=tmp_path, timeout=120)
     assert refused.returncode == 2 and "config error: tts.backend=torch" in refused.stderr
+
+
+def test_the_quality_tier_runs_a_local_transformers_folder_with_history_and_tools(tmp_path):
+    """profile=quality on a tiny random model of a chat architecture (Qwen2), converted once: the same stage as
+    the default, so history and tools work the same."""
+    from tests.fixtures import llm_models
+    from s2s.messages import ReplyText, Transcript
+
+    models = tmp_path / "models"
+    folder = llm_models.tool_lm("native", models)
+    cfg = compose_profile(["profile=quality", f"llm.model={folder}", f"cache_dir={models}",
+                           "llm.tools=tests.fixtures.weather_tools", "llm.compute_type=float32"], tmp_path)
+    [spec] = [spec for spec in validate(cfg) if spec.group == "llm"]
+    assert spec.target.endswith("CTranslate2LM") and spec.kwargs["max_new_tokens"] == 96
+    assert spec.kwargs["unsure_below"] is None  # SmolLM2's threshold is not carried over to another model
+    stage = spec.build()
+    stage.threads = 1
+    stage.setup()
+    try:
+        first = [m for m in stage.process(Transcript("What is the weather in Paris?", 0, "en"))]
+        second = [m for m in stage.process(Transcript("And in Rome?", 1, "en"))]
+    finally:
+        stage.close()
+    assert any(isinstance(m, ReplyText) for m in first) and any(isinstance(m, ReplyText) for m in second)
