@@ -25,7 +25,9 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from s2s.config_errors import EXIT_CONFIG
 from s2s.platform import detect
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# The configs: inside an installed wheel (s2s/conf, mapped from conf/ at build time), else the checkout's conf/.
+_PACKAGED_CONF = Path(__file__).resolve().parent / "conf"
+CONF_DIR = _PACKAGED_CONF if (_PACKAGED_CONF / "config.yaml").is_file() else Path(__file__).resolve().parent.parent / "conf"
 # Flags that make Hydra compose another config than conf/config.yaml, or none: nothing to explain ahead of it
 # (the guard still checks the targets of whatever Hydra composes).
 OTHER_CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-sc",

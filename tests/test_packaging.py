@@ -177,3 +177,60 @@ def test_in_ci_a_skip_for_a_missing_dependency_is_a_failure(tmp_path):
     for name, skipped in (("test_needs.py", "2 skipped"), ("test_module_level.py", "1 skipped")):
         lenient = run(name, "0")
         assert lenient.returncode in (0, 5) and skipped in lenient.stdout, lenient.stdout[-2000:]  # 5: none ran
+
+
+def test_every_package_of_s2s_is_listed_for_the_wheel():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "s2s").rglob("__init__.py")}
+    assert listed == found | {"s2s.conf"}
+
+
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory):
+    """The wheel built from this checkout, installed (without its dependencies, which this venv has) into a
+    folder of its own that comes first on the path: nothing of the checkout is reachable from it."""
+    root = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(root / "dist"), str(ROOT)], check=True, capture_output=True, timeout=300)
+    [wheel] = (root / "dist").glob("s2s-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(root / "site"),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+
+    def s2s(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(root / "site")}
+        return subprocess.run([sys.executable, "-m", "s2s", *args], cwd=elsewhere, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    return s2s, root / "site", elsewhere
+
+
+def test_an_installed_wheel_finds_its_configs_outside_a_checkout(installed_wheel):
+    s2s, site, elsewhere = installed_wheel
+    where = subprocess.run([sys.executable, "-c", "import s2s.cli; print(s2s.cli.CONF_DIR)"], cwd=elsewhere,
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)}, timeout=60)
+    assert where.stdout.strip() == str(site / "s2s" / "conf")
+    job = s2s("--cfg", "job")
+    assert job.returncode == 0 and "_target_: s2s.tts.piper.PiperTTS" in job.stdout, job.stderr[-2000:]
+    serve = s2s("serve", "--cfg", "job")
+    assert serve.returncode == 0 and "port: 8765" in serve.stdout, serve.stderr[-2000:]
+    sweep = s2s("-m", "llm=echo,ctranslate2", "dry_run=true")
+    assert sweep.returncode == 0 and (elsewhere / "multirun").is_dir(), sweep.stderr[-2000:]
+    [summary] = (elsewhere / "multirun").glob("*/*/summary.md")
+    assert "llm=echo" in summary.read_text() and "llm=ctranslate2" in summary.read_text()
+    run = s2s("llm=echo", "hydra.run.dir=run")  # the bundled sample, answered by speaking it back
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (elsewhere / "run" / "reply.wav").stat().st_size > 10000
+
+
+def test_an_installed_wheel_takes_the_users_own_groups_and_profiles(installed_wheel):
+    s2s, _, elsewhere = installed_wheel
+    mine = elsewhere / "mine"
+    (mine / "profile").mkdir(parents=True)
+    (mine / "tts").mkdir()
+    (mine / "profile" / "quiet.yaml").write_text("# @package _global_\nllm:\n  max_new_tokens: 17\n")
+    (mine / "tts").joinpath("slow_piper.yaml").write_text("defaults:\n  - piper\n  - _self_\nspeed: 0.8\n")
+    result = s2s("--config-dir", str(mine), "profile=quiet", "tts=slow_piper", "--cfg", "job")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "max_new_tokens: 17" in result.stdout and "speed: 0.8" in result.stdout

@@ -1,0 +1,86 @@
+"""python -m s2s.bench recognition [key=value ...] [--versus "key=value ..."]...: WER against time of the STT.
+
+The recognition set is every sentence of :data:`SENTENCES` in every espeak-ng voice and rate of :data:`VOICES` and
+:data:`RATES`, the bundled sample, and the real recordings installed packages ship (:mod:`s2s.bench.speech`). The
+STT stage is built from the composed config (only that stage: nothing else loads), once per variant, and every
+clip goes through its ``process`` as one utterance. Each ``--versus`` adds a variant; the variants take turns clip
+by clip, so a machine whose speed drifts favours none. It prints, per variant, the word error rate over the whole
+set (errors / reference words), the clips with any error, and the STT time per second of speech (median, p90).
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from s2s.bench.speech import Clip, espeak, espeak_available, recordings
+from s2s.messages import SpeechSegment, Transcript
+
+SENTENCES = ["What is the capital of France?", "How is the weather in London today?",
+             "Please tell me a story about a dragon.", "Good morning to you.", "Turn on the kitchen lights.",
+             "How many minutes are in an hour?"]
+VOICES = ["en-us", "en-gb", "en+f3", "en-us+m3"]
+RATES = [130, 160, 190]
+
+
+def recognition_set(folder: Path) -> list[Clip]:
+    """The espeak grid (when espeak-ng is installed), the bundled sample and the packaged real recordings."""
+    from s2s import audio
+    from s2s.resolvers import sample
+
+    clips = [Clip("question.wav (bundled)", audio.read_audio(sample("question.wav"), 16000),
+                  "What is the capital of France?"), *recordings()]
+    if espeak_available():
+        clips += [espeak(text, voice, rate, folder / f"{voice}-{rate}-{index}.wav")
+                  for voice in VOICES for rate in RATES for index, text in enumerate(SENTENCES)]
+    return clips
+
+
+def build_stt(overrides: list[str], folder: Path) -> Any:
+    """The STT stage exactly as the composed config (platform detected, overrides applied) builds it."""
+    from s2s.bench.compose import set_up
+
+    return set_up(overrides, "stt", folder)
+
+
+def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
+    """(errors, reference words, seconds per second of speech, what was heard) for one clip."""
+    from s2s.bench.roundtrip import word_error_rate
+
+    start = time.perf_counter()
+    out = list(stage.process(SpeechSegment(clip.samples, 16000, index, 0.0, len(clip.samples) / 16000)))
+    seconds = (time.perf_counter() - start) / (len(clip.samples) / 16000)
+    heard = next((m.text for m in out if isinstance(m, Transcript)), "")
+    words = len(clip.text.split())
+    return round(word_error_rate(clip.text, heard) * words), words, seconds, heard
+
+
+def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int | None = None) -> int:
+    variants = {" ".join(overrides) or "as composed": overrides,
+                **{" ".join([*overrides, *extra]): [*overrides, *extra] for extra in versus}}
+    with tempfile.TemporaryDirectory(prefix="s2s-recognition-") as folder:
+        clips = recognition_set(Path(folder))[:limit]
+        if not espeak_available():
+            print("espeak-ng is not installed: only the bundled and packaged recordings are scored")
+        stages = {name: build_stt(extra, Path(folder)) for name, extra in variants.items()}
+        results: dict[str, list[tuple[int, int, float, str]]] = {name: [] for name in variants}
+        for index, clip in enumerate(clips):
+            for name in (list(variants) if index % 2 == 0 else list(reversed(variants))):
+                results[name].append(score(stages[name], clip, index))
+    lines = ["| variant | WER | errors / words | clips with an error | STT s per s of speech, p50 / p90 |",
+             "|---|---|---|---|---|"]
+    for name, found in results.items():
+        errors, words = sum(r[0] for r in found), sum(r[1] for r in found)
+        times = [r[2] for r in found]
+        wrong = sum(1 for r in found if r[0])
+        lines.append(f"| `{name}` | {errors / words:.3f} | {errors} / {words} | {wrong} of {len(found)} | "
+                     f"{statistics.median(times):.3f} / {float(np.percentile(times, 90)):.3f} |")
+    for name, found in results.items():
+        misheard = [f"  {clip.name}: {clip.text!r} -> {r[3]!r}" for clip, r in zip(clips, found) if r[0]]
+        lines += [f"\n{name}: {len(misheard)} clips misheard", *misheard]
+    print("\n".join(lines))
+    return 0

@@ -1,0 +1,213 @@
+"""``python -m s2s.bench server --sessions N --seconds T``: a bounded load on the realtime server, loopback only.
+
+N clients speak the same question at the pace of speech, turn after turn, for T seconds. Voice-to-voice is
+measured on each client's clock, from the end of the question's speech (its last voiced sample, as sent) to
+the first reply audio received, so endpointing, the network hop and every stage are in it. Without ``--url``
+the command starts a server itself (``run.py server=realtime server.port=0 server.max_sessions=N``, plus any
+``--override``) and stops it at the end.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from s2s import audio
+
+RATE = 24000
+CHUNK_S = 0.1
+MAX_SESSIONS, MAX_SECONDS = 16, 900
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Load:
+    sessions: int
+    held: int = 0
+    refused: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    voice_to_voice: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or re.fullmatch(r"127(\.\d{1,3}){3}", host) is not None
+
+
+def speech_end_s(samples: np.ndarray, rate: int) -> float:
+    """Where the last voiced sample is (2% of the peak), in seconds from the start."""
+    loud = np.flatnonzero(np.abs(samples) > 0.02 * (np.abs(samples).max() or 1.0))
+    return (loud[-1] + 1) / rate if len(loud) else 0.0
+
+
+async def _client(url: str, api_key: str | None, speech: np.ndarray, deadline: float, load: Load,
+                  reply_timeout_s: float) -> None:
+    from websockets.asyncio.client import connect
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    end_of_speech = speech_end_s(speech, RATE)
+    silence = audio.silence(1.5, RATE)
+    async with connect(url, additional_headers=headers, max_size=None, open_timeout=30) as socket:
+        first = json.loads(await socket.recv())
+        if first.get("type") == "error":
+            load.refused += 1
+            return
+        load.held += 1
+        done: asyncio.Queue[tuple[str, float | None]] = asyncio.Queue()
+        first_audio: list[float] = []
+
+        async def receive() -> None:
+            async for frame in socket:
+                event = json.loads(frame)
+                kind = event.get("type")
+                if kind == "response.output_audio.delta" and not first_audio:
+                    first_audio.append(time.monotonic())
+                elif kind == "response.done":
+                    done.put_nowait((event["response"]["status"], first_audio[0] if first_audio else None))
+                    first_audio.clear()
+                elif kind == "error":
+                    load.errors.append(event["error"].get("message", ""))
+
+        receiver = asyncio.create_task(receive())
+        try:
+            while time.monotonic() < deadline:
+                samples = np.concatenate([speech, silence])
+                step = int(CHUNK_S * RATE)
+                start = time.monotonic()
+                for index, offset in enumerate(range(0, len(samples), step)):
+                    block = audio.float_to_int16(samples[offset:offset + step]).astype("<i2")
+                    await socket.send(json.dumps({"type": "input_audio_buffer.append",
+                                                  "audio": base64.b64encode(block.tobytes()).decode()}))
+                    await asyncio.sleep(max(0.0, start + (index + 1) * CHUNK_S - time.monotonic()))
+                spoken_end = start + end_of_speech
+                try:
+                    status, audio_at = await asyncio.wait_for(done.get(), reply_timeout_s)
+                except TimeoutError:
+                    load.failed += 1
+                    break
+                if status == "completed" and audio_at is not None:
+                    load.completed += 1
+                    load.voice_to_voice.append(audio_at - spoken_end)
+                elif status == "cancelled":
+                    load.cancelled += 1
+                else:
+                    load.failed += 1
+        finally:
+            receiver.cancel()
+
+
+async def _load(url: str, api_key: str | None, sessions: int, seconds: float, speech: np.ndarray,
+                reply_timeout_s: float) -> Load:
+    load = Load(sessions)
+    deadline = time.monotonic() + seconds
+    results = await asyncio.gather(*(_client(url, api_key, speech, deadline, load, reply_timeout_s)
+                                     for _ in range(sessions)), return_exceptions=True)
+    load.errors += [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+    return load
+
+
+def report(load: Load, seconds: float, url: str) -> str:
+    lines = [f"server load: {load.sessions} session(s) for {seconds:g} s against {url}",
+             f"sessions held: {load.held} of {load.sessions} (refused {load.refused})",
+             f"replies completed: {load.completed} (cancelled {load.cancelled}, failed or timed out {load.failed})"]
+    if load.voice_to_voice:
+        p50, p90 = np.percentile(load.voice_to_voice, [50, 90])
+        lines.append(f"voice-to-voice, end of speech -> first reply audio (client clock): p50 {p50:.2f} s, "
+                     f"p90 {p90:.2f} s, max {max(load.voice_to_voice):.2f} s over {len(load.voice_to_voice)} "
+                     f"replies")
+    else:
+        lines.append("voice-to-voice: no completed reply (p50 -, p90 -)")
+    for error in sorted(set(load.errors))[:5]:
+        lines.append(f"error: {error}")
+    return "\n".join(lines)
+
+
+def _start_server(sessions: int, overrides: list[str], run_dir: Path) -> tuple[subprocess.Popen, str]:
+    command = [sys.executable, str(ROOT / "run.py"), "server=realtime", "server.host=127.0.0.1", "server.port=0",
+               f"server.max_sessions={sessions}", f"hydra.run.dir={run_dir}", *overrides]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert process.stdout is not None
+    started = time.monotonic()
+    for line in process.stdout:
+        if found := re.search(r"listening on (ws://127\.0\.0\.1:\d+/v1/realtime)", line):
+            return process, found.group(1)
+        if time.monotonic() - started > 600:
+            break
+    process.kill()
+    raise RuntimeError("the server did not start")
+
+
+def bench_server(args: Any) -> int:
+    if not 1 <= args.sessions <= MAX_SESSIONS or not 0 < args.seconds <= MAX_SECONDS:
+        raise ValueError(f"--sessions 1-{MAX_SESSIONS} and --seconds up to {MAX_SECONDS}")
+    if args.url and not is_loopback(args.url):
+        raise ValueError(f"--url {args.url}: the load test only targets this machine (127.0.0.1, localhost, ::1)")
+    path = args.file or Path(__file__).resolve().parents[1] / "samples" / "question.wav"
+    speech = audio.read_audio(path, RATE)
+    process = None
+    url = args.url
+    if url is None:
+        run_dir = Path(args.run_dir or f"outputs/bench-server-{time.strftime('%Y%m%d-%H%M%S')}")
+        process, url = _start_server(args.sessions, args.override, run_dir)
+    try:
+        load = asyncio.run(_load(url, args.api_key, args.sessions, args.seconds, speech, args.reply_timeout))
+        print(report(load, args.seconds, url))
+        server_side = _server_figures(url, args.api_key)
+        if server_side:
+            print(server_side)
+    finally:
+        if process is not None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    return 0
+
+
+def _server_figures(url: str, api_key: str | None) -> str | None:
+    """The server's own per-turn voice-to-voice (its Recorder, end of the VAD's turn -> first audio at the sink)."""
+    parts = urlsplit(url)
+    request = urllib.request.Request(f"http://{parts.netloc}/v1/sessions")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            document = json.loads(response.read())
+    except OSError:
+        return None
+    values = [turn["timings"]["voice_to_voice_s"] for session in document.get("sessions", [])
+              for turn in session.get("turns", []) if turn.get("timings", {}).get("voice_to_voice_s") is not None]
+    if not values:
+        return None
+    p50, p90 = np.percentile(values, [50, 90])
+    return f"server metrics (GET /v1/sessions, all sessions so far): voice-to-voice p50 {p50:.2f} s, p90 {p90:.2f} s"
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("--sessions", type=int, default=2, help=f"concurrent clients (1-{MAX_SESSIONS})")
+    parser.add_argument("--seconds", type=float, default=60.0, help=f"how long to keep talking (at most "
+                                                                   f"{MAX_SECONDS})")
+    parser.add_argument("--url", help="a running server on this machine; default: start one")
+    parser.add_argument("--api-key", default=os.environ.get("S2S_API_KEY"), help="default: $S2S_API_KEY")
+    parser.add_argument("--file", type=Path, help="the question each client speaks (default: the bundled one)")
+    parser.add_argument("--override", action="append", default=[],
+                        help="a config override for the server it starts (repeatable), e.g. llm.max_new_tokens=32")
+    parser.add_argument("--reply-timeout", type=float, default=90.0, help="seconds to wait for one reply")
+    parser.add_argument("--run-dir", help="the started server's run folder (default outputs/bench-server-<time>)")

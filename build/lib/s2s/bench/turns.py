@@ -1,0 +1,138 @@
+"""python -m s2s.bench turns [key=value ...] [--variant "key=value ..."]...: how each way of ending a turn cuts
+the user off in a pause and how long it waits after a complete turn.
+
+The set is spoken by espeak-ng in four voices: complete questions, and the same questions with a pause of
+0.7-1.0 s inside ("What is the capital of ... France?"), the two pieces joined with silence. espeak says each
+piece as a sentence of its own, with a falling end; a second form ends the first piece with a comma, so it is
+said with a continuing rise, as a person pausing mid-sentence would. Only the VAD stage runs (from the composed
+config, on the input clock, as fast as it can): a turn that is let go inside the pause is a cut-off; the
+endpoint is the silence from the last voiced frame to the turn's end (``TurnConfirmed``, or the segment). The
+end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=smart_turn"``.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from s2s import audio
+from s2s.bench.speech import espeak, espeak_available
+
+RATE = 16000
+VOICES = [("en-us", 150), ("en-gb", 165), ("en-us+f3", 140), ("en-gb+m3", 155)]
+# (first piece, second piece): the pause goes between them
+SPLITS = [("What is the capital of", "France?"), ("How many days are there in", "a leap year?"),
+          ("Can you tell me", "a fun fact about the ocean?"), ("What should I cook", "for dinner tonight?")]
+PAUSES_S = (0.7, 0.85, 1.0)
+DEFAULT_VARIANTS = [["turn=silence"], ["turn=smart_turn"]]
+
+
+@dataclass
+class TurnClip:
+    """A clip with where its pause lies (None: a complete turn with no pause) on the stream's clock."""
+
+    name: str
+    samples: np.ndarray
+    pause: tuple[float, float] | None
+
+
+def _trimmed(samples: np.ndarray) -> np.ndarray:
+    loud = np.flatnonzero(np.abs(samples) > 0.02)
+    return samples[loud[0]:loud[-1] + 1]
+
+
+def build_set(folder: Path) -> list[TurnClip]:
+    """Complete questions and paused ones (both intonations), with 0.5 s of silence before, 4 s after."""
+    lead, tail = audio.silence(0.5, RATE), audio.silence(4.0, RATE)  # the tail outlasts turn.max_silence_ms
+    clips = []
+    for index, (voice, rate) in enumerate(VOICES):
+        for first, second in SPLITS:
+            whole = _trimmed(espeak(f"{first} {second}", voice, rate, folder / "w.wav").samples)
+            clips.append(TurnClip(f"complete {voice}: {first} {second}", np.concatenate([lead, whole, tail]), None))
+            for ending, form in (("", "falling"), (",", "continuing")):
+                one = _trimmed(espeak(first + ending, voice, rate, folder / "a.wav").samples)
+                two = _trimmed(espeak(second, voice, rate, folder / "b.wav").samples)
+                pause = PAUSES_S[(index + len(clips)) % len(PAUSES_S)]
+                start = (len(lead) + len(one)) / RATE
+                clips.append(TurnClip(f"paused {pause:.2f} s {form} {voice}: {first} ... {second}",
+                                      np.concatenate([lead, one, audio.silence(pause, RATE), two, tail]),
+                                      (start, start + pause)))
+    return clips
+
+
+def build_vad(overrides: list[str]) -> Any:
+    """The composed config's VAD stage (validated first, as a run would), set up."""
+    from s2s.bench.compose import set_up
+
+    return set_up(overrides, "vad", "/tmp/s2s-bench-turns")
+
+
+def judge(vad: Any, clip: TurnClip) -> dict[str, Any]:
+    """The turns the VAD let go on ``clip``: cut off in the pause or not, and the endpoint of the first one."""
+    from s2s.messages import AudioChunk, SpeechSegment, TurnConfirmed
+
+    vad.reset()
+    segments: dict[int, SpeechSegment] = {}
+    ended: list[tuple[float, float]] = []  # (speech end, when the turn ended) of each turn let go
+    started = time.perf_counter()
+    for block in [*audio.chunks(clip.samples, 512), None]:
+        out = vad.process(AudioChunk(block, RATE)) if block is not None else vad.flush()
+        for message in out:
+            if isinstance(message, SpeechSegment):
+                segments[message.turn] = message
+                if not message.speculative:
+                    ended.append((message.speech_end_s, message.closed_s))
+            elif isinstance(message, TurnConfirmed):
+                ended.append((segments[message.turn].speech_end_s, message.at_s))
+    seconds = time.perf_counter() - started
+    cut = bool(clip.pause and ended and ended[0][0] < clip.pause[1])
+    endpoint = ended[-1][1] - ended[-1][0] if ended else None
+    return {"turns": len(ended), "cut": cut, "endpoint_s": endpoint, "vad_s": seconds}
+
+
+def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, str]:
+    def share(rows: list[dict[str, Any]]) -> str:
+        return f"{sum(r['cut'] for r in rows)}/{len(rows)}"
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):.2f} / {float(np.percentile(values, 90)):.2f}" if values else "-"
+
+    complete = [r for r, c in zip(found, clips) if c.pause is None]
+    falling = [r for r, c in zip(found, clips) if c.pause and "falling" in c.name]
+    rising = [r for r, c in zip(found, clips) if c.pause and "continuing" in c.name]
+    whole = [r for r in falling + rising if not r["cut"]]
+    return {"cut off (falling piece)": share(falling), "cut off (continuing piece)": share(rising),
+            "complete split": f"{sum(r['turns'] != 1 for r in complete)}/{len(complete)}",
+            "endpoint complete p50 / p90 s": spread([r["endpoint_s"] for r in complete if r["endpoint_s"]]),
+            "endpoint paused, kept whole, p50 / p90 s": spread([r["endpoint_s"] for r in whole if r["endpoint_s"]])}
+
+
+def bench_turns(overrides: list[str], variants: list[list[str]]) -> int:
+    """Each variant (overrides added to ``overrides``) over the same set; prints one table row per variant."""
+    if not espeak_available():
+        print("espeak-ng is not installed (apt-get install espeak-ng): the turn set is spoken by it")
+        return 1
+    with tempfile.TemporaryDirectory() as folder:
+        clips = build_set(Path(folder))
+    rows = {}
+    for variant in variants or DEFAULT_VARIANTS:
+        vad = build_vad([*overrides, *variant])
+        found = [judge(vad, clip) for clip in clips]
+        vad.close()
+        rows[" ".join(variant)] = _summary(found, clips)
+        for result, clip in zip(found, clips):
+            if result["cut"] or result["turns"] != 1:
+                print(f"  {' '.join(variant)}: {clip.name}: {result['turns']} turns"
+                      + (", cut off in the pause" if result["cut"] else ""))
+    head = ["variant", *next(iter(rows.values()))]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([name, *cells.values()]) + " |" for name, cells in rows.items()]
+    print(f"\n{len(clips)} clips ({sum(c.pause is None for c in clips)} complete, the rest paused 0.7-1.0 s), "
+          f"{len(VOICES)} espeak-ng voices" + (f"; overrides: {' '.join(overrides)}" if overrides else ""))
+    print("\n".join(lines))
+    return 0

@@ -1,0 +1,400 @@
+"""Validation of a composed config, before any stage is built or any model loads.
+
+The constructor signature of each ``_target_`` is the schema: keys must bind to it, ``Literal`` annotations
+are enums, ``Annotated[..., MUST_EXIST]`` marks paths that must exist, plain ``int``/``float``/``bool``/``str``
+annotations are type-checked. A stage's ``requires`` names a runtime some platforms lack (checked against
+``platform.unavailable`` through :mod:`s2s.runtimes`), and each stage may add cross-field rules in ``validate_config``.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+from s2s import runtimes
+from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
+from s2s.platform import DEVICES, detect, resolve_device, runtimes_unavailable, valid_device
+from s2s.stage import Stage
+
+ALLOWED_PACKAGE = "s2s"
+ALLOWED_TARGETS = (ALLOWED_PACKAGE + ".",)
+# Hydra instantiates its launcher and sweeper from these packages when they are selected through their groups.
+PLUGIN_TARGETS = ("hydra_plugins.", "hydra._internal.core_plugins.")
+PLUGIN_NODES = ("hydra.launcher", "hydra.sweeper")
+# logging.config.dictConfig imports whatever a handler's `class` or a factory's `()` names.
+LOGGING_NODES = ("hydra.hydra_logging", "hydra.job_logging")
+LOGGING_CALLABLES = ("logging.", "colorlog.", "hydra.")
+
+
+# Top-level keys the runner itself reads, with what they accept.
+TOP_LEVEL: dict[str, Any] = {"dry_run": bool, "audio.sample_rate": typing.Annotated[int, Range(8000, 192000)],
+                             "runner.barge_in": bool, "runner.half_duplex": typing.Optional[bool],
+                             "runner.stop_timeout_s": typing.Annotated[float, Range(0.1, 60)],
+                             "runner.warm_up": bool,
+                             "runner.first_audio_wait_s": typing.Annotated[float, Range(0, 60)]}
+
+
+def _walk(node: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
+    """(dotted key, key, value) of every leaf and node, without resolving interpolations."""
+    if isinstance(node, DictConfig):
+        for key in node.keys():
+            value = node._get_node(key)
+            dotted = f"{path}.{key}" if path else str(key)
+            yield dotted, key, value
+            yield from _walk(value, dotted)
+    elif isinstance(node, ListConfig):
+        for index in range(len(node)):
+            value = node._get_node(index)
+            yield f"{path}[{index}]", index, value
+            yield from _walk(value, f"{path}[{index}]")
+
+
+def _leaf(value: Any) -> Any:
+    if isinstance(value, (DictConfig, ListConfig)):
+        return None
+    try:
+        return value._value() if hasattr(value, "_value") else value
+    except Exception:  # an unresolvable interpolation is the validator's business, not a target
+        return None
+
+
+def target_errors(cfg: DictConfig) -> list[ConfigError]:
+    """Every ``_target_`` (and logging factory) in the composed config that s2s would not instantiate."""
+    errors = []
+    for dotted, key, node in _walk(cfg, ""):
+        value = _leaf(node)
+        if key == "_target_":
+            parent = dotted.rsplit(".", 1)[0]
+            if isinstance(value, str) and value.startswith(ALLOWED_TARGETS):
+                continue
+            if parent.startswith(PLUGIN_NODES) and isinstance(value, str) and value.startswith(PLUGIN_TARGETS):
+                continue
+            errors.append(ConfigError(dotted, value, "a class inside the 's2s' package (other callables are "
+                                                     "refused for safety; Hydra's launchers and sweepers are "
+                                                     "chosen with hydra/launcher=... and hydra/sweeper=...)"))
+        elif key in ("()", "class") and dotted.startswith(LOGGING_NODES):
+            if not (isinstance(value, str) and value.startswith(LOGGING_CALLABLES)):
+                errors.append(ConfigError(dotted, value, "a logging class (logging.*); other callables are "
+                                                         "refused for safety"))
+    return errors
+
+
+@dataclass
+class StageSpec:
+    """A validated stage: its group name, class and constructor keyword arguments (device resolved)."""
+
+    group: str
+    target: str
+    cls: type[Stage]
+    kwargs: dict[str, Any]
+    threads: int | None = None  # runner.threads.<group>: the CPU threads its library may use
+
+    def build(self) -> Stage:
+        stage = self.cls(**self.kwargs)
+        stage.threads = self.threads
+        return stage
+
+
+def describe_graph(cfg: DictConfig, specs: list[StageSpec]) -> str:
+    """The graph a run would build: one line per stage with its target and identifying values (a dry run's output).
+
+    Args:
+        cfg: the composed config (its platform names the line above the stages).
+        specs: the validated stages, in pipeline order; each is built, which loads nothing by the stage contract.
+
+    Returns:
+        The lines, joined, without a trailing newline.
+    """
+    lines = [f"graph for platform={cfg.platform.name} (device auto -> {cfg.platform.accelerator}):"]
+    width = max(len(spec.group) for spec in specs)
+    for spec in specs:
+        stage = spec.build()  # constructors are cheap by contract: no model, no heavy import
+        details = {"device": spec.kwargs["device"]} if "device" in spec.kwargs else {}
+        details.update(stage.describe())
+        shown = "  ".join(f"{key}={value}" for key, value in details.items())
+        lines.append(f"  {spec.group:<{width}}  {spec.target}  {shown}".rstrip())
+    return "\n".join(lines)
+
+
+def load_target(target: Any, key: str) -> type[Stage]:
+    """Import a ``_target_`` class, refusing anything outside the s2s package or not a Stage."""
+    if not isinstance(target, str) or not target.startswith(ALLOWED_PACKAGE + "."):
+        raise ConfigError(key, target, f"a class inside the '{ALLOWED_PACKAGE}' package "
+                                       f"(other callables are refused for safety)")
+    module_name, _, attribute = target.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+        cls = getattr(module, attribute)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(key, target, f"an importable s2s stage class ({type(error).__name__}: {error})") from None
+    if not (inspect.isclass(cls) and issubclass(cls, Stage)):
+        raise ConfigError(key, target, "a subclass of s2s.stage.Stage")
+    return cls
+
+
+def device_unavailable(device: str, platform: str, accelerator: str) -> str | None:
+    """Why ``device`` cannot work on the target platform, or None (auto and cpu always can)."""
+    if device.startswith("cuda") and accelerator != "cuda":
+        return f"auto or cpu: platform {platform} has no CUDA (a machine with an NVIDIA GPU is {platform}_cuda)"
+    if device == "mps" and accelerator != "mps":
+        return f"auto or cpu: MPS exists only on Apple silicon (platform macos), not on {platform}"
+    return None
+
+
+def _describe(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(str(choice) for choice in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _describe(typing.get_args(annotation)[0])
+    if annotation is type(None):
+        return "null"
+    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(
+        annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any or annotation is inspect.Parameter.empty:
+        return True
+    if origin is typing.Literal:
+        return value in typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arm) for arm in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _matches(value, typing.get_args(annotation)[0])
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if origin is dict or annotation is dict:
+        return isinstance(value, Mapping)
+    return True  # richer annotations are the class's own business (validate_config)
+
+
+def _constraints(annotation: Any, value: Any = inspect.Parameter.empty) -> list[Range | OneOf]:
+    """The Range/OneOf markers of an annotation, looking inside Optional[...] too.
+
+    With ``value``, only the markers of the union arms it matches: in ``str | Annotated[int, Range(0)]`` a name is
+    not held to the number's bound.
+    """
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return [m for m in typing.get_args(annotation)[1:] if isinstance(m, (Range, OneOf))]
+    if origin in (typing.Union, types.UnionType):
+        return [m for arm in typing.get_args(annotation) if value is inspect.Parameter.empty or _matches(value, arm)
+                for m in _constraints(arm)]
+    return []
+
+
+def _must_exist(annotation: Any) -> bool:
+    if typing.get_origin(annotation) is typing.Annotated:
+        return MUST_EXIST in typing.get_args(annotation)[1:]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_must_exist(arm) for arm in typing.get_args(annotation))
+    return False
+
+
+def check_kwargs(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """Bind ``kwargs`` to the constructor and check each value against its annotation.
+
+    Args:
+        cls: a stage, or any class whose signature is a config group's schema (the server's settings).
+        kwargs: the config node's keys and values, ``_target_`` removed.
+        context: the group (errors are named ``<group>.<key>``) and the platform (a ``device`` must exist there).
+
+    Returns:
+        One error per unknown or missing key and per value its annotation (type, ``Literal``, ``Range``,
+        ``OneOf``, ``MUST_EXIST``) refuses; empty when all bind.
+    """
+    signature = inspect.signature(cls)
+    errors: list[ConfigError] = []
+    known = [name for name, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD]
+    for key in kwargs:
+        if key not in signature.parameters:
+            errors.append(context.error(key, kwargs[key], f"a known key; {cls.__module__}.{cls.__name__} "
+                                                          f"takes: {', '.join(known)}"))
+    for name, parameter in signature.parameters.items():
+        if parameter.default is parameter.empty and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD,
+                                                                      parameter.KEYWORD_ONLY) and name not in kwargs:
+            errors.append(context.error(name, "<missing>", "a value (the key is required)"))
+    if not errors:
+        signature.bind(**kwargs)  # cannot fail now; kept as the contract the checks above spell out
+    hints = typing.get_type_hints(cls.__init__, include_extras=True)
+    for key, value in kwargs.items():
+        annotation = hints.get(key, inspect.Parameter.empty)
+        if key not in signature.parameters:
+            continue
+        if key == "device":
+            if not (isinstance(value, str) and valid_device(value)):
+                errors.append(context.error(key, value, f"one of {', '.join(DEVICES)} (or cuda:N)"))
+            elif problem := device_unavailable(value, context.platform, context.accelerator):
+                errors.append(context.error(key, value, problem))
+            continue
+        if not _matches(value, annotation):
+            errors.append(context.error(key, value, _describe(annotation)))
+        elif value is not None and (broken := [c for c in _constraints(annotation, value) if not c.check(value)]):
+            errors.append(context.error(key, value, broken[0].describe()))
+        elif value is not None and _must_exist(annotation) and not Path(str(value)).expanduser().exists():
+            errors.append(context.error(key, value, "an existing path (no such file or directory)"))
+    return errors
+
+
+def stage_rule_errors(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """What ``cls.requires`` and ``cls.validate_config`` say of ``kwargs`` (already checked by :func:`check_kwargs`).
+
+    A runtime the platform cannot run is the only error reported for the stage (its other rules assume it runs
+    here); a device the runtime lacks comes before the stage's own rules. ``validate_config`` receives the bound
+    arguments with the constructor's defaults applied, so it reads every key directly.
+    """
+    bound = inspect.signature(cls).bind(**kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    errors: list[ConfigError] = []
+    if issubclass(cls, Stage) and cls.requires is not None:
+        if unavailable := runtimes.unavailable_error(cls.requires, arguments, context):
+            return [unavailable]
+        if device := runtimes.device_error(cls.requires, arguments, context):
+            errors.append(device)
+    try:
+        cls.validate_config(arguments, context)
+    except ConfigErrors as many:
+        return errors + list(many.errors)
+    except ConfigError as error:
+        return errors + [error]
+    return errors
+
+
+def override_errors(cls: type, kwargs: dict[str, Any], overrides: dict[str, Any], context: ValidationContext) -> list:
+    """What the stage's own rules say of its ``kwargs`` changed by ``overrides`` (a session's or a runtime change)."""
+    return check_kwargs(cls, merged := {**kwargs, **overrides}, context) or stage_rule_errors(cls, merged, context)
+
+
+def node_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:
+    """A config node's ``_target_`` and keyword arguments (resolved), with an error per missing or broken value."""
+    errors: list[ConfigError] = []
+    kwargs: dict[str, Any] = {}
+    for key in node:
+        try:
+            value = node[key]
+            if isinstance(value, DictConfig) or OmegaConf.is_list(value):
+                value = OmegaConf.to_container(value, resolve=True)
+            kwargs[str(key)] = value
+        except MissingMandatoryValue:
+            errors.append(ConfigError(f"{group}.{key}", "???", "a value (this key is required)"))
+        except InterpolationResolutionError as error:
+            errors.append(ConfigError(f"{group}.{key}", OmegaConf.to_container(node, resolve=False)[key],
+                                      f"a resolvable interpolation ({error})"))
+    target = kwargs.pop("_target_", None)
+    return target, kwargs, errors
+
+
+def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
+    platform = cfg.platform
+    # what the platform config says (more specific, e.g. Intel Macs) over where each runtime's extra installs
+    unavailable = {**runtimes_unavailable(str(platform.os)),
+                   **OmegaConf.to_container(platform.get("unavailable") or DictConfig({}))}
+    return ValidationContext(group, str(platform.name), str(platform.os), str(platform.accelerator), unavailable,
+                             here=str(platform.os) == detect().os)
+
+
+def validate(cfg: DictConfig) -> list[StageSpec]:
+    """Check the whole composed config before anything is built or loaded.
+
+    Args:
+        cfg: the composed config.
+
+    Returns:
+        The stage specs in pipeline order (each stage's ``device`` resolved for the platform).
+
+    Raises:
+        ConfigErrors: every problem found, at once: runner keys, thread budgets, targets outside the package,
+            each stage's keys and rules, and neighbours that do not fit.
+    """
+    errors: list[ConfigError] = []
+    device = cfg.get("device")
+    device_error: ConfigError | None = None
+    if not isinstance(device, str) or not valid_device(device):
+        device_error = ConfigError("device", device, f"one of {', '.join(DEVICES)} (or cuda:N)")
+    elif problem := device_unavailable(device, str(cfg.platform.name), str(cfg.platform.accelerator)):
+        device_error = ConfigError("device", device, problem)
+    for key, annotation in TOP_LEVEL.items():
+        value = OmegaConf.select(cfg, key)
+        if not _matches(value, annotation):
+            errors.append(ConfigError(key, value, _describe(annotation)))
+        elif value is not None and (broken := [c for c in _constraints(annotation) if not c.check(value)]):
+            errors.append(ConfigError(key, value, broken[0].describe()))
+    threads = OmegaConf.select(cfg, "runner.threads")
+    if threads is not None and not isinstance(threads, DictConfig):
+        errors.append(ConfigError("runner.threads", threads, "a mapping of stage group to thread count, "
+                                                             "e.g. {stt: 2, llm: 1, tts: 2}"))
+    for group, count in (threads or {}).items():
+        if count is not None and group not in (cfg.get("pipeline") or []):
+            errors.append(ConfigError(f"runner.threads.{group}", count, "a key naming a stage of the pipeline: "
+                                      + ", ".join(cfg.get("pipeline") or [])))
+        elif count is not None and not (isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= 256):
+            errors.append(ConfigError(f"runner.threads.{group}", count, "null or a number from 1 to 256"))
+    stage_targets = {f"{group}._target_" for group in cfg.get("pipeline") or []}
+    errors += [e for e in target_errors(cfg) if e.key not in stage_targets]  # stages' own: load_target below
+    specs: list[StageSpec] = []
+    for group in cfg.pipeline:
+        node = cfg.get(group)
+        if not isinstance(node, DictConfig) or "_target_" not in node:
+            errors.append(ConfigError("pipeline", group, "names of config groups that select a stage "
+                                                          "(each needs a _target_)"))
+            continue
+        target, kwargs, problems = node_kwargs(node, group)
+        errors += problems
+        try:
+            cls = load_target(target, f"{group}._target_")
+        except ConfigError as error:
+            errors.append(error)
+            continue
+        context = validation_context(cfg, group)
+        reported = {error.key for error in problems}
+        kwarg_errors = [e for e in check_kwargs(cls, kwargs, context) if e.key not in reported]
+        errors += kwarg_errors
+        if "device" in kwargs and isinstance(kwargs["device"], str) and valid_device(kwargs["device"]):
+            kwargs["device"] = resolve_device(kwargs["device"], context.accelerator)
+        if not kwarg_errors and not problems:
+            errors += stage_rule_errors(cls, kwargs, context)
+        specs.append(StageSpec(group, target, cls, kwargs, (threads or {}).get(group)))
+    if device_error:  # stages that take the top-level device repeat its error: say it once
+        errors = [device_error] + [e for e in errors if not (e.key.endswith(".device") and e.value == device)]
+    if not errors:  # with a stage missing, its neighbours would be compared with the wrong stage
+        errors = _check_neighbours(specs)
+    if errors:
+        raise ConfigErrors(errors)
+    return specs
+
+
+def _check_neighbours(specs: list[StageSpec]) -> list[ConfigError]:
+    """Each stage must consume what the one before it emits (source=sentences needs experiment=tts_benchmark)."""
+    errors = []
+    for before, after in zip(specs, specs[1:]):
+        if before.cls.emits and after.cls.accepts and not any(
+                issubclass(kind, after.cls.accepts) for kind in before.cls.emits):
+            emits = ", ".join(kind.__name__ for kind in before.cls.emits)
+            accepts = ", ".join(kind.__name__ for kind in after.cls.accepts)
+            errors.append(ConfigError("pipeline", "[" + ", ".join(spec.group for spec in specs) + "]",
+                                      f"neighbours that fit: {before.group} ({before.target}) emits {emits} but "
+                                      f"{after.group} ({after.target}) accepts {accepts}"))
+    return errors

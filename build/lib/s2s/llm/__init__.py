@@ -1,0 +1,1 @@
+"""Language models that turn a user transcript into a streamed reply."""

@@ -1,0 +1,282 @@
+"""Shared behaviour of LLM stages: chat history, sentence streaming, tool calls, timing."""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from s2s.languages import language_name
+from s2s.llm.calibration import Capped, Confidence
+from s2s.llm.tools import ToolCall, Toolbox, ToolResult
+from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd
+from s2s.stage import Stage
+from s2s.text import SentenceSplitter, clean_for_speech
+
+log = logging.getLogger(__name__)
+# the reply's first TTS chunk ends at a clause or after this many words: measured on 2 cores, 4 words got the
+# first audio out 0.25 s sooner than 6 (python -m s2s.bench latency --versus llm.first_chunk_words=4)
+FIRST_CHUNK_WORDS = 4
+FIRST_CHUNK_MIN_WORDS = 3  # ... but a clause shorter than this does not end it ("Yes," alone sounds clipped)
+# conf/llm/_chat_base.yaml states both for every option; a test keeps it equal to these
+MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
+KEEP: Any = object()  # a turn option not given (plan_turn): the stage's own setting holds
+
+
+class ReplyFailed(RuntimeError):
+    """The backend failed mid-reply (a server dropped the stream, timed out, answered an error).
+
+    The turn ends with what was already spoken and the error is logged and recorded; the conversation goes on.
+    """
+
+
+class LLMStage(Stage):
+    """Base of LLM stages: subclasses implement ``stream(messages)`` yielding text pieces (and ``ToolCall``s).
+
+    ``process`` keeps the last ``history_turns`` exchanges (fewer when they pass ``history_tokens``), tells the
+    model to answer in the user's language when a transcript carries one other than ``language`` (the STT
+    detected it; ``follow_user_language``), releases
+    the reply sentence by sentence as it streams (so TTS starts before the LLM ends), reports the time to first
+    token and ends the turn. With
+    ``llm.tools``, the calls a reply asks for run after its stream ends, their results go back to the model
+    (``tool_messages``) and its follow-up is spoken; each call is reported as a ``tool_call`` metric that
+    the recorder writes into the turn's line of transcript.jsonl.
+    """
+
+    accepts = (Transcript,)
+    emits = (ReplyText,)
+    system_prompt: str | None
+    history_turns: int
+    history_tokens: int | None
+
+    def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None,
+                   first_chunk_words: int = FIRST_CHUNK_WORDS,
+                   first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS, history_tokens: int | None = None,
+                   language: str | None = "en", follow_user_language: bool = True) -> None:
+        self.system_prompt = system_prompt
+        self.language = language  # what replies are in unless the user speaks another language (None: unknown)
+        self.follow_user_language = follow_user_language
+        self.history_turns = history_turns
+        self.history_tokens = history_tokens  # the previous exchanges' token budget; None: only the turn count
+        self.tools = tools
+        self.first_chunk_words = first_chunk_words  # the reply's first TTS chunk: a clause or this many words
+        self.first_chunk_min_words = first_chunk_min_words  # ... but never fewer ("Yes," alone sounds clipped)
+        self._toolbox: Toolbox | None = None
+        self._history: list[dict[str, Any]] = []
+        self._history_turns: list[int] = []  # the turn each history message belongs to
+        self._history_lock = threading.Lock()  # a server edits it from its own thread (a cancelled reply)
+        self._plans: dict[int, tuple[Any, Any, bool]] = {}  # turn -> (instructions, toolbox, remember)
+        self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
+
+    def _load_tools(self) -> None:
+        """Import the ``llm.tools`` module (trusted user code); called from ``setup``."""
+        self._toolbox = Toolbox(self.tools) if self.tools else None
+
+    def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict[str, Any]]:
+        """The assistant's calls and their results as chat messages (OpenAI chat-completions form)."""
+        return [{"role": "assistant", "content": "",
+                 "tool_calls": [{"id": call.id, "type": "function",
+                                 "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
+                                for call in calls]},
+                *({"role": "tool", "tool_call_id": result.call.id, "content": result.output} for result in results)]
+
+    def use_tools(self, toolbox: Toolbox | None) -> None:
+        """Replace the tools the model may call (a realtime session declares its own); None: no tools."""
+        self._toolbox = toolbox
+
+    def reset(self) -> None:
+        with self._history_lock:
+            self._history, self._history_turns, self._plans, self._edits = [], [], {}, {}
+
+    def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True) -> None:
+        """Options for ``turn`` alone: its own instructions (None: no system prompt), its own tools (None: none),
+        and whether the exchange stays in the history (a realtime client's out-of-band response does not)."""
+        with self._history_lock:
+            self._plans[turn] = (instructions, toolbox, remember)
+
+    def edit(self, turn: int, role: str, content: str | None) -> None:
+        """The client changed its copy of the conversation: ``role``'s message of ``turn`` now says ``content``.
+
+        None deletes it. The edit also holds when the turn is remembered later (a reply still being cut short
+        in the LLM's thread), so what the client was left with is what the model sees next.
+        """
+        with self._history_lock:
+            self._edits[(turn, role)] = content
+            self._apply_edits(turn)
+
+    def remember(self, turn: int, user_text: str, reply: str) -> None:
+        """Put one exchange into the history, replacing what ``turn`` had there (e.g. a reply cut short)."""
+        with self._history_lock:
+            self._forget(turn)
+            self._history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
+            self._history_turns += [turn, turn]
+            self._apply_edits(turn)
+
+    def _apply_edits(self, turn: int) -> None:
+        kept_messages, kept_turns = [], []
+        for message, owner in zip(self._history, self._history_turns):
+            content = self._edits.get((owner, message["role"]), message["content"]) if owner == turn else \
+                message["content"]
+            if content is not None:
+                kept_messages.append({**message, "content": content})
+                kept_turns.append(owner)
+        self._history, self._history_turns = kept_messages, kept_turns
+
+    def history(self, turns: int | None = None) -> list[dict[str, Any]]:
+        """The last ``turns`` exchanges kept, oldest first (None: the ``history_turns`` the model sees again)."""
+        with self._history_lock:
+            kept = self._window() if turns is None else self._history[-2 * turns:] if turns > 0 else []
+            return [dict(message) for message in kept]
+
+    def _window(self) -> list[dict[str, Any]]:
+        """The newest exchanges that fit both ``history_turns`` and ``history_tokens`` (oldest dropped first, a
+        whole exchange at a time); called with the history lock held."""
+        history, owners = self._history, self._history_turns
+        recent = list(dict.fromkeys(owners))[-self.history_turns:] if self.history_turns > 0 else []  # oldest first
+        if self.history_tokens is not None:  # the newest exchanges that fit; the first that does not ends it
+            budget, fits = self.history_tokens, []
+            for turn in reversed(recent):
+                budget -= sum(self.count_tokens(str(message["content"] or ""))
+                              for message, owner in zip(history, owners) if owner == turn)
+                if budget < 0:
+                    break
+                fits.append(turn)
+            recent = fits
+        kept = set(recent)
+        return [message for message, owner in zip(history, owners) if owner in kept]
+
+    def discard(self, turn: int) -> None:
+        """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
+        with self._history_lock:
+            self._forget(turn)
+
+    def _forget(self, turn: int) -> None:
+        kept = [index for index, owner in enumerate(self._history_turns) if owner != turn]
+        self._history = [self._history[index] for index in kept]
+        self._history_turns = [self._history_turns[index] for index in kept]
+
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+        raise NotImplementedError
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` takes in the prompt: about 4 characters a token, unless the backend has a tokenizer."""
+        return -(-len(text) // 4)
+
+    def chat_messages(self, user_text: str, instructions: Any = KEEP,
+                      user_language: str | None = None) -> list[dict[str, Any]]:
+        """The prompt: the system prompt (always; ``instructions`` replaces it for one turn), the exchanges
+        :meth:`_window` keeps, then ``user_text``. ``user_language`` is the transcript's language code: when it
+        is another than ``language``, the system prompt ends by asking for a reply in it."""
+        with self._history_lock:
+            window = self._window()
+        prompt = self.system_prompt if instructions is KEEP else instructions
+        if note := self.language_note(user_language):
+            prompt = f"{prompt}\n{note}" if prompt else note
+        system = [{"role": "system", "content": prompt}] if prompt else []
+        return [*system, *window, {"role": "user", "content": user_text}]
+
+    def language_note(self, user_language: str | None) -> str | None:
+        """What the system prompt adds for a user speaking ``user_language`` (None: nothing to add)."""
+        name = language_name(user_language)
+        if not self.follow_user_language or name is None or name == language_name(self.language):
+            return None
+        return f"The user is speaking {name}: always answer in {name}."
+
+    def process(self, message: Data) -> Iterator[Message]:
+        """Reply to one transcript, sentence by sentence, then end the turn; the history keeps what was said."""
+        assert isinstance(message, Transcript)
+        start = time.perf_counter()
+        # a sentence the reply already said ends it (small models loop): every backend stops the same way
+        splitter = SentenceSplitter(first_chunk_words=self.first_chunk_words,
+                                    first_chunk_min_words=self.first_chunk_min_words, stop_on_repeat=True)
+        finished = False
+        spoken: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
+        with self._history_lock:
+            instructions, toolbox, keep = self._plans.pop(message.turn, (KEEP, KEEP, True))
+        messages = self.chat_messages(message.text, instructions, message.language)
+        own_toolbox = self._toolbox
+        if toolbox is not KEEP:
+            self._toolbox = toolbox
+        try:
+            yield from self._reply(message, messages, splitter, spoken, start)
+            finished = True
+        finally:  # also when the runner closes the generator (barge-in, cancel, stop)
+            if toolbox is not KEEP and self._toolbox is toolbox:  # unless use_tools changed them meanwhile
+                self._toolbox = own_toolbox
+            if keep:
+                self.remember(message.turn, message.text, splitter.text.strip() if finished else " ".join(spoken))
+        yield TurnEnd(message.turn)
+
+    def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
+               spoken: list[str], start: float) -> Iterator[Message]:
+        """Stream one reply, running the tools it calls, and yield its sentences as they end.
+
+        Each round streams ``messages`` through ``stream``: text pieces go through ``splitter`` and leave as
+        ``ReplyText`` (the first non-blank piece also yields the ``llm_first_token_s`` metric), ``ToolCall``s are
+        kept. A round that asked for tools runs them, appends the calls and results to ``messages`` and streams
+        again, at most ``MAX_TOOL_ROUNDS`` times. A repeated sentence or a ``ReplyFailed`` ends the reply; after a
+        failure the unfinished sentence is dropped (and an ``llm_error`` metric says why), otherwise the
+        splitter's tail is spoken.
+
+        Args:
+            message: the user's transcript (its turn and language label every output).
+            messages: the chat so far, ending with the user's text.
+            splitter: cuts the reply into TTS chunks; it keeps the whole reply's text for the history.
+            spoken: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
+            start: ``perf_counter`` when the turn began, for the first-token metric.
+        """
+        first, failed, capped = True, False, False
+        for round_ in range(MAX_TOOL_ROUNDS + 1):
+            calls: list[ToolCall] = []
+            pieces = self.stream(messages)
+            try:
+                for piece in pieces:
+                    if isinstance(piece, ToolCall):
+                        calls.append(piece)
+                        continue
+                    if isinstance(piece, Confidence):  # a calibrated backend measured its first tokens (an event
+                        # of the turn, as a tool call is: its value is when, the probabilities are its details)
+                        yield Metric(message.turn, "llm_confidence", piece.seconds,
+                                     {"event": "llm_confidence", "mean": piece.mean, "min": piece.min,
+                                      "tokens": piece.tokens, "verdict": piece.verdict})
+                        continue
+                    if isinstance(piece, Capped):
+                        capped = True
+                        continue
+                    if first and piece.strip():
+                        first = False
+                        yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
+                    for sentence in splitter.feed(piece):
+                        if text := clean_for_speech(sentence):
+                            yield ReplyText(text, message.turn, message.language)
+                            spoken.append(text)
+                    if splitter.repeated:
+                        log.info("turn %d: the reply repeated a sentence; stopped there", message.turn)
+                        break
+            except ReplyFailed as error:
+                failed = True
+                log.error("turn %d: the reply stopped: %s", message.turn, error)
+                yield Metric(message.turn, "llm_error", 1.0, {"event": "llm_error", "error": str(error)})
+                break
+            finally:
+                pieces.close()  # type: ignore[attr-defined]  - stops generation when the runner cancels
+            if not calls or self._toolbox is None or splitter.repeated:
+                break
+            if round_ == MAX_TOOL_ROUNDS:
+                log.warning("turn %d: still calling tools after %d rounds; stopping", message.turn, round_)
+                break
+            results = [self._toolbox.run(call) for call in calls]
+            for result in results:
+                yield Metric(message.turn, "tool_call", result.seconds,
+                             {"event": "tool_call", "tool": result.call.name, "arguments": result.call.arguments,
+                              "result": result.output, "error": result.error})
+            messages = [*messages, *self.tool_messages(calls, results)]
+        if not failed:  # after a failure the unfinished sentence is dropped rather than spoken half
+            if capped:  # the token cap may have cut the last word: end at a sentence or a whole word
+                splitter.trim()
+            for sentence in splitter.finish():
+                if text := clean_for_speech(sentence):
+                    yield ReplyText(text, message.turn, message.language)
+                    spoken.append(text)

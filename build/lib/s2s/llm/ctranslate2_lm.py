@@ -1,0 +1,286 @@
+"""Chat models through CTranslate2 (int8 on CPU), streamed token by token, with no torch or transformers at run time.
+
+The packaged SmolLM2-135M-Instruct (and any local transformers folder) is converted once into the cache by a
+child process (``s2s.llm.ctranslate2_convert``); the stage itself needs only ``ctranslate2``, ``tokenizers`` and
+jinja2 (the chat template, rendered as transformers renders it: ``s2s.llm.chat_template``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from s2s.config_errors import ConfigError, OneOf, Range, ValidationContext
+from s2s.languages import WHISPER_LANGUAGES
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.calibration import Calibrator, Capped, Confidence, Measure
+from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
+from s2s.models import build_once, cache_root, local_path, model_source
+from s2s.sharing import shared_model
+from s2s.stage import require
+
+log = logging.getLogger(__name__)
+PACKAGED_NAME = "SmolLM2-135M-Instruct"
+PACKAGED_CACHE = "smollm2-135m-instruct-ct2"  # + -<weights>, e.g. smollm2-135m-instruct-ct2-int8
+STREAM_AHEAD = 2  # tokens generation may run ahead of the reader
+ComputeType = Literal["int8", "int8_float32", "int8_float16", "int8_bfloat16", "float16", "bfloat16", "float32"]
+EXPECTED = (f"{PACKAGED_NAME} (packaged), a local CTranslate2 folder (model.bin, tokenizer.json and a chat "
+            "template) or a local transformers folder (config.json and weights; converted once into cache_dir)")
+
+
+def stored_weights(compute_type: str) -> str:
+    """The quantization a conversion stores for ``compute_type`` (int8 variants share int8 weights)."""
+    return "int8" if compute_type.startswith("int8") else compute_type
+
+
+def _fingerprint(folder: Path) -> str:
+    """The folder's path and its files' names, sizes and times: a changed model converts again."""
+    digest = hashlib.sha256(str(folder.resolve()).encode())
+    for item in sorted(folder.iterdir()):
+        if item.is_file():
+            stat = item.stat()
+            digest.update(f"{item.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:12]
+
+
+def _convert_in_child(arguments: list[str], out: Path) -> None:
+    """Run the converter in a fresh interpreter that sees this checkout of s2s (torch stays out of this one)."""
+    import s2s
+
+    root = str(Path(s2s.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "s2s.llm.ctranslate2_convert", str(out), *arguments], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"converting the model to CTranslate2 failed (exit {done.returncode}):\n"
+                           f"{done.stderr[-3000:]}")
+
+
+def resolve_model(model: str, cache_dir: str | None, compute_type: str) -> Path:
+    """A CTranslate2 folder for ``model``: as given, or converted once into the cache."""
+    weights = stored_weights(compute_type)
+    if model_source(model, (PACKAGED_NAME,)) == "packaged":
+        target = cache_root(cache_dir) / f"{PACKAGED_CACHE}-{weights}"
+        arguments = [weights, "--packaged", *(["--cache-dir", cache_dir] if cache_dir else [])]
+    else:
+        folder = local_path(model)
+        assert folder is not None, "validation refuses hub ids"
+        if (folder / "model.bin").is_file():
+            return folder
+        target = cache_root(cache_dir) / f"ct2-{folder.name}-{_fingerprint(folder)}-{weights}"
+        arguments = [weights, "--source", str(folder)]
+    return build_once(target, lambda out: _convert_in_child(arguments, out), f"{model} -> CTranslate2 {weights}")
+
+
+def model_error(model: str, context: ValidationContext) -> ConfigError | None:
+    """Why ``model`` cannot load (names the key), checked before anything loads; None when it can."""
+    from s2s.llm.chat_template import chat_template_text
+
+    folder = local_path(model)
+    if folder is None:
+        return None if model == PACKAGED_NAME else context.error("model", model, EXPECTED)
+    if not folder.is_dir():
+        return context.error("model", model, f"{EXPECTED} (no such folder)")
+    if (folder / "model.bin").is_file():
+        missing = [name for name in ("model.bin", "tokenizer.json") if not os.access(folder / name, os.R_OK)]
+        try:
+            template = chat_template_text(folder)
+        except (OSError, ValueError):
+            template = None
+        missing += [] if template else ["a chat template (chat_template.jinja or tokenizer_config.json)"]
+        if missing:
+            return context.error("model", model, f"{EXPECTED} (the CTranslate2 folder lacks {', '.join(missing)} "
+                                                 "or cannot read it)")
+        return None
+    weights = any(folder.glob("*.safetensors")) or (folder / "pytorch_model.bin").is_file()
+    if not ((folder / "config.json").is_file() and weights):
+        return context.error("model", model, f"{EXPECTED} (it has neither model.bin nor config.json with weights)")
+    return None
+
+
+class CTranslate2LM(TemplateTools, LLMStage):
+    """A chat model run by ``ctranslate2.Generator.generate_tokens``; the reply is pulled token by token.
+
+    Args:
+        model: ``SmolLM2-135M-Instruct`` (packaged, offline), a local CTranslate2 folder or a local transformers
+            folder (converted once into ``cache_dir``).
+        device: auto, cpu, cuda or cuda:N (mps runs on the CPU: CTranslate2 has no Metal backend).
+        compute_type: CTranslate2's precision; int8 is the fastest on a CPU.
+        system_prompt: the assistant's instructions.
+        max_new_tokens: reply length cap.
+        history_turns: how many previous exchanges the model sees.
+        history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
+            first, the system prompt never); null: only ``history_turns`` limits them.
+        temperature: 0 decodes greedily (reproducible); above 0 samples (top 50, as transformers).
+        repetition_penalty: above 1 makes tokens the reply already used less likely (1 turns it off); as with
+            llm=transformers the prompt is not penalised (``generate_tokens`` penalises generated tokens only).
+        static_prompt: the system prompt's model state is computed once and reused by every turn (CTranslate2's
+            ``static_prompt``). float32 replies are the same as without it; int8 rounds the state computed apart
+            a little differently, so a reply may take another word at a near tie (3 of 20 on the answer set).
+        first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
+        first_chunk_min_words: a clause shorter than this does not end the first chunk.
+        language: the language replies are in (the system prompt's), as a Whisper code; null: unknown.
+        follow_user_language: when a turn's transcript is in another language (the STT detected it), the
+            system prompt asks for the reply in that language.
+        cache_dir: where conversions are kept.
+        tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null. Chat templates
+            with a tools section get them natively; others get them in the system prompt (``<tool_call>``).
+        unsure_below: when the model's confidence in the reply's first tokens (``unsure_measure`` of their
+            probabilities, :mod:`s2s.llm.calibration`) is below this, the reply starts "I'm not sure, but I
+            think"; null: never.
+        dont_know_below: below this the reply is "I don't know that one." instead; null: never.
+        unsure_measure: ``mean`` or ``min`` token probability over the first sentence (8 tokens at most).
+    """
+
+    def __init__(self, model: str = PACKAGED_NAME, device: str = "auto", compute_type: ComputeType = "int8",
+                 system_prompt: str | None = None, max_new_tokens: Annotated[int, Range(1, 4096)] = 64,
+                 history_turns: Annotated[int, Range(0, 1000)] = 4,
+                 history_tokens: Annotated[int, Range(1)] | None = None,
+                 temperature: Annotated[float, Range(0, 5)] = 0.0,
+                 repetition_penalty: Annotated[float, Range(1, 2)] = 1.15, static_prompt: bool = True,
+                 first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 follow_user_language: bool = True, cache_dir: str | None = None,
+                 tools: str | None = None, unsure_below: Annotated[float, Range(0, 1)] | None = None,
+                 dont_know_below: Annotated[float, Range(0, 1)] | None = None,
+                 unsure_measure: Measure = "mean") -> None:
+        self.model_name = model
+        self.device = "cpu" if device in ("auto", "mps") else device  # validation has resolved auto already
+        self.compute_type = compute_type
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.repetition_penalty = repetition_penalty
+        self.static_prompt = static_prompt
+        self.cache_dir = cache_dir
+        self.unsure_below, self.dont_know_below, self.unsure_measure = unsure_below, dont_know_below, unsure_measure
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
+                        history_tokens, language, follow_user_language)
+        self._generator: Any = None
+        self._tokenizer: Any = None
+        self._end_ids: list[int] = []
+        self._static: dict[str, list[int]] = {}  # rendered system part -> its token ids
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        check_module(kwargs["tools"], f"{context.group}.tools")
+        if error := model_error(kwargs["model"], context):
+            raise error
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokenizer is None:  # before setup: the estimate
+            return super().count_tokens(text)
+        return len(self._tokenizer.encode(text))
+
+    def setup(self) -> None:
+        ctranslate2 = require("ctranslate2", backend="llm=ctranslate2", extra=None)
+        require("tokenizers", backend="llm=ctranslate2", extra=None)
+        from s2s.llm.chat_template import ChatTokenizer
+
+        self._load_tools()
+        path = resolve_model(self.model_name, self.cache_dir, self.compute_type)
+        self._tokenizer = ChatTokenizer(path)
+        self._end_ids = self._end_tokens(path)
+        device, _, index = self.device.partition(":")
+        threads = self.threads or 0  # 0: CTranslate2's default (every core)
+        self._generator = shared_model(  # one copy per process when the realtime server shares weights
+            ("ctranslate2", str(path), device, int(index or 0), self.compute_type, threads),
+            lambda: ctranslate2.Generator(str(path), device=device, device_index=int(index or 0),
+                                          compute_type=self.compute_type, intra_threads=threads))
+
+    def _end_tokens(self, path: Path) -> list[int]:
+        """generation_config's eos ids, the tokenizer's eos and CTranslate2's (SmolLM2's GGUF names <|im_start|>)."""
+        ids: list[Any] = []
+        if (path / "generation_config.json").is_file():
+            eos = json.loads((path / "generation_config.json").read_text()).get("eos_token_id")
+            ids += eos if isinstance(eos, list) else [eos]
+        tokens = [self._tokenizer.special_tokens.get("eos_token")]
+        if (path / "config.json").is_file():
+            tokens.append(json.loads((path / "config.json").read_text()).get("eos_token"))
+        ids += [self._tokenizer.token_id(token) for token in tokens if token]
+        return sorted({index for index in ids if isinstance(index, int)})
+
+    def warm_up(self) -> None:  # with the configured system prompt: its state is then cached for the first turn
+        pieces = self.stream(self.chat_messages("Hi"))
+        try:
+            next(pieces, None)
+        finally:
+            pieces.close()
+
+    def prompt(self, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+        """The rendered chat as token ids: (the static system part, or [] without one; the rest)."""
+        tools = self._template_tools().get("tools")
+        ids = self._tokenizer.encode(self._tokenizer.render(messages, tools=tools))
+        if not (self.static_prompt and messages and messages[0]["role"] == "system"):
+            return [], ids
+        system = self._tokenizer.render(messages[:1], add_generation_prompt=False, tools=tools)
+        if system not in self._static:
+            self._static[system] = self._tokenizer.encode(system)
+        static = self._static[system]
+        # the system part must tokenize as the start of the whole prompt (true of ChatML); else no static part
+        if 0 < len(static) < len(ids) and ids[:len(static)] == static:
+            return static, ids[len(static):]
+        return [], ids
+
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped]:
+        static, rest = self.prompt(self._with_tools(messages))
+        # pulled, not pushed: generate_tokens' own queue is unbounded, so the callback holds generation while the
+        # reader is STREAM_AHEAD tokens behind (the runner's first-audio pause leaves the CPU to the TTS)
+        room, cancelled = threading.Semaphore(STREAM_AHEAD), threading.Event()
+
+        def pace(step: Any) -> bool:
+            while not room.acquire(timeout=0.1):
+                if cancelled.is_set():
+                    break
+            return cancelled.is_set()  # True stops generation
+
+        sampling = {"sampling_topk": 50, "sampling_temperature": self.temperature} if self.temperature > 0 else \
+            {"sampling_topk": 1}
+        steps = self._generator.generate_tokens(
+            self._tokenizer.tokens(rest), max_length=self.max_new_tokens, end_token=self._end_ids,
+            repetition_penalty=self.repetition_penalty, static_prompt=self._tokenizer.tokens(static) or None,
+            callback=pace, return_log_prob=True, **sampling)
+        decode = self._tokenizer.decoder()
+        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
+        question = str(messages[-1].get("content") or "") if messages else ""
+        calibrator = Calibrator(self.unsure_below, self.dont_know_below, self.unsure_measure, question)
+        generated, ended = 0, False
+        try:
+            for step in steps:
+                room.release()
+                generated += 1
+                if step.token_id in self._end_ids:
+                    ended = True
+                    break
+                if text := decode(step.token_id):
+                    for piece in (text,) if calls is None else calls.feed(text):
+                        yield from calibrator.feed(piece, step.log_prob)
+                if calibrator.stop:
+                    break
+        finally:  # also when the reader closes this generator: the next step's callback stops generation
+            cancelled.set()
+            room.release()
+            steps.close()
+        if calls is not None and not calibrator.stop:
+            for piece in calls.finish():
+                yield from calibrator.feed(piece, None)
+        yield from calibrator.finish()
+        if not ended and not calibrator.stop and generated >= self.max_new_tokens:
+            yield Capped()  # the last word may be cut ("... July 20th, 196cederadio"): the base trims it
+        if calls is not None:
+            yield from calls.calls
+
+    def close(self) -> None:
+        self._generator = self._tokenizer = None
+        self._static.clear()
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model_name, "device": self.device, "compute_type": self.compute_type,
+                **({"tools": self.tools} if self.tools else {})}

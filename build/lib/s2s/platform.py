@@ -1,0 +1,149 @@
+"""The one place that looks at the operating system, the machine and the accelerators.
+
+Detection is cheap (no torch import), so ``run.py`` can pick ``platform=<name>`` before Hydra composes.
+"""
+from __future__ import annotations
+
+import os
+import platform as _platform
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from s2s.config_errors import ValidationContext
+
+PLATFORMS = ("linux", "linux_cuda", "macos", "macos_intel", "windows", "windows_cuda")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+# The operating systems a runtime's pip extra installs it on (pyproject.toml's environment markers), and what a
+# config choosing it elsewhere is told: the `mlx` extra pins mlx[cpu] on Linux and mlx on macOS, nothing else.
+RUNTIME_OSES: dict[str, tuple[tuple[str, ...], str]] = {
+    "mlx": (("linux", "macos"), "the mlx extra installs MLX on Linux and macOS only: MLX has no Windows wheels"),
+}
+
+
+def runtimes_unavailable(os_name: str) -> dict[str, str]:
+    """Runtime -> why its extra cannot install on ``os_name`` (linux | macos | windows), for config validation."""
+    return {runtime: why for runtime, (oses, why) in RUNTIME_OSES.items() if os_name not in oses}
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Facts about the machine this process runs on; ``platform`` names the config that fits it.
+
+    The run's config can target another platform (``platform=macos`` previews a Mac): that target is
+    ``cfg.platform``, and only :func:`detect` looks at the machine itself.
+    """
+
+    os: str  # linux | macos | windows
+    arch: str  # x86_64, arm64, ...
+    cuda: bool
+    mps: bool
+
+    @property
+    def platform(self) -> str:
+        """Name of the platform config (``conf/platform/<name>.yaml``) that fits this machine."""
+        if self.os == "macos":
+            return "macos" if self.mps else "macos_intel"
+        return f"{self.os}_cuda" if self.cuda else self.os
+
+
+def _os_name() -> str:
+    if sys.platform == "darwin":
+        return "macos"
+    if sys.platform.startswith("win"):
+        return "windows"
+    return "linux"
+
+
+def _has_nvidia_gpu() -> bool:
+    """An NVIDIA driver is present; checked without importing torch (which takes a second)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
+
+
+def detect() -> Machine:
+    os_name = _os_name()
+    arch = _platform.machine().lower()
+    apple_silicon = os_name == "macos" and arch in ("arm64", "aarch64")
+    return Machine(os=os_name, arch=arch, cuda=os_name != "macos" and _has_nvidia_gpu(), mps=apple_silicon)
+
+
+def machine_context(group: str) -> ValidationContext:
+    """What validation knows when a stage is judged for the machine it runs on (e.g. a session's change)."""
+    from s2s.config_errors import ValidationContext
+
+    machine = detect()
+    accelerator = "cuda" if machine.cuda else "mps" if machine.mps else "cpu"
+    return ValidationContext(group=group, platform=machine.platform, os=machine.os, accelerator=accelerator,
+                             unavailable=runtimes_unavailable(machine.os), here=True)
+
+
+def resolve_device(requested: str, accelerator: str) -> str:
+    """``auto`` -> the target platform's accelerator (cuda, then mps, then cpu); anything else is kept."""
+    return accelerator if requested == "auto" else requested
+
+
+def valid_device(value: str) -> bool:
+    return value in DEVICES or (value.startswith("cuda:") and value[5:].isdigit())
+
+
+def user_cache_dir() -> str:
+    """Where s2s keeps converted models: $S2S_CACHE_DIR, else the OS's per-user cache folder."""
+    if os.environ.get("S2S_CACHE_DIR"):
+        return os.environ["S2S_CACHE_DIR"]
+    home = os.path.expanduser("~")
+    if sys.platform == "darwin":
+        return os.path.join(home, "Library", "Caches", "s2s")
+    if sys.platform.startswith("win"):
+        return os.path.join(os.environ.get("LOCALAPPDATA", home), "s2s", "Cache")
+    return os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.join(home, ".cache")), "s2s")
+
+
+def peak_memory_mb() -> float | None:
+    """Peak resident memory of this process in MiB (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
+
+
+def release_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the system (glibc keeps them otherwise).
+
+    A sweep runs its jobs in one process: without this, each job starts where the last one's peak left off.
+    """
+    import gc
+
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+            pass
+
+
+def reset_peak_memory() -> bool:
+    """Restart the process's peak-RSS count (Linux >= 4.0), so a reused process reports this job's peak.
+
+    Returns False where the system cannot (macOS, Windows, a kernel that forbids it): the peak stays process-wide.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as file:  # "5" resets the high-water mark only
+            file.write("5")
+        return True
+    except OSError:  # other systems, or a kernel that forbids it: the peak stays process-wide
+        return False
+
+
+def machine_info() -> dict[str, object]:
+    """What a metrics file says about the machine it was measured on."""
+    machine = detect()
+    return {"platform": machine.platform, "system": _platform.system(), "machine": machine.arch,
+            "processor": _platform.processor(), "cpu_count": os.cpu_count(), "python": _platform.python_version()}

@@ -1,0 +1,162 @@
+"""What every listening socket of the server does before a session exists: HTTP read-outs, keys, origins, limits.
+
+The local server, each Ray replica and the Ray front (``server.engine=ray``) listen through :func:`listen`, so
+the rules below are stated once: which paths answer without a key, how a key is offered (a Bearer header, or
+from a browser the ``openai-insecure-api-key.<key>`` subprotocol), which pages may connect from a browser, the
+frame cap, and how a full server refuses a session (:func:`refuse`). What ``GET /v1/sessions`` and
+``GET /health`` show comes from a :class:`ReadOuts`: one server's sessions, or every replica's.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import http
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from s2s.server import protocol
+from s2s.server.client_log import quote
+from s2s.server.protocol import ProtocolError, dumps
+from s2s.server.settings import ServerSettings
+
+log = logging.getLogger("s2s.server")
+PATH = "/v1/realtime"
+PAGE_DIR = Path(__file__).resolve().parent / "page"
+PAGE_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+              ".css": "text/css; charset=utf-8"}
+# Browsers cannot set headers on a WebSocket, so their clients offer the key as a subprotocol next to "realtime"
+# (as OpenAI's browser clients do); the server only ever answers "realtime", so the key is not echoed back.
+KEY_SUBPROTOCOL = "openai-insecure-api-key."
+FRAME_HARD_CAP = 4  # frames over max_frame_bytes * this close the connection (1009) instead of an error event
+LIMIT_CLOSE = 1013  # "try again later": the close code after session_limit_reached
+
+
+class ReadOuts(Protocol):
+    """What the HTTP read-outs show: ``GET /v1/sessions`` (every session's figures) and ``GET /health``."""
+
+    async def sessions(self) -> dict[str, Any]: ...
+
+    def health(self) -> tuple[http.HTTPStatus, dict[str, Any]]: ...
+
+
+def json_response(status: http.HTTPStatus, body: dict[str, Any]) -> Any:
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    data = json.dumps(body, indent=2).encode()
+    headers = Headers([("Content-Type", "application/json"), ("Content-Length", str(len(data))),
+                       ("Connection", "close")])
+    return Response(status.value, status.phrase, headers, data)
+
+
+def _page_response(path: str) -> Any:
+    """A file of the browser page (``/`` is its index.html), or None when ``path`` is not one of them."""
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    name = "index.html" if path == "/" else path.removeprefix("/page/")
+    files = {file.name: file for file in PAGE_DIR.iterdir() if file.suffix in PAGE_TYPES} if PAGE_DIR.is_dir() else {}
+    if (path != "/" and not path.startswith("/page/")) or name not in files:
+        return None
+    data = files[name].read_bytes()
+    headers = Headers([("Content-Type", PAGE_TYPES[files[name].suffix]), ("Content-Length", str(len(data))),
+                       ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff"),
+                       ("Referrer-Policy", "no-referrer"),
+                       ("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; "
+                                                   "img-src 'self' data:; frame-ancestors 'none'"),
+                       ("Connection", "close")])
+    return Response(http.HTTPStatus.OK.value, http.HTTPStatus.OK.phrase, headers, data)
+
+
+def _subprotocol_key(headers: Any) -> str | None:
+    """The key a browser offered as ``openai-insecure-api-key.<key>`` in ``Sec-WebSocket-Protocol``, if any."""
+    for value in headers.get_all("Sec-WebSocket-Protocol"):
+        for offered in value.split(","):
+            if offered.strip().startswith(KEY_SUBPROTOCOL):
+                return offered.strip()[len(KEY_SUBPROTOCOL):]
+    return None
+
+
+def _authorized(settings: ServerSettings, header: str | None, subprotocol_key: str | None = None) -> bool:
+    if not settings.api_key:
+        return True
+    expected = settings.api_key.encode()
+    if subprotocol_key is not None and hmac.compare_digest(subprotocol_key.encode(), expected):
+        return True
+    scheme, _, key = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), expected)
+
+
+def _select_subprotocol(connection: Any, offered: Any) -> str | None:
+    """Answer "realtime" to a client that offers it (a browser fails a handshake whose offer gets no answer)."""
+    return "realtime" if "realtime" in offered else None
+
+
+async def route(request: Any, settings: ServerSettings, read_outs: ReadOuts) -> Any:
+    """The HTTP answer to a request, or None to go on with the WebSocket handshake of :data:`PATH`.
+
+    ``/health`` and the browser page (``/``, ``/page/*``: it holds no key, it asks the user for one) answer
+    without a key; every other path needs the API key when one is set, as a Bearer header or, from a browser,
+    as the ``openai-insecure-api-key.<key>`` WebSocket subprotocol. A browser page of another site (an
+    ``Origin`` that is not this server) is refused even without a key: it could otherwise reach a
+    keyless server on localhost from any tab.
+    """
+    path = urlsplit(request.path).path.rstrip("/") or "/"
+    if path == "/health":
+        return json_response(*read_outs.health())
+    if (page := _page_response(path)) is not None:
+        return page
+    origin = request.headers.get("Origin")
+    if origin and urlsplit(origin).netloc != request.headers.get("Host", ""):  # another site, in a user's browser
+        log.info("refused a connection to %s from a page of %s", quote(path), quote(origin))
+        return json_response(http.HTTPStatus.FORBIDDEN, {"error": {
+            "type": "invalid_request_error", "code": "origin_not_allowed",
+            "message": f"a page from {origin} may not use this server: only the server's own page (same origin) "
+                       f"and clients that send no Origin header (SDKs, s2s.client) may"}})
+    if not _authorized(settings, request.headers.get("Authorization"), _subprotocol_key(request.headers)):
+        log.info("refused a connection to %s: missing or wrong API key", quote(path))
+        return json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
+            "type": "invalid_request_error", "code": "invalid_api_key",
+            "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>' (from a browser: "
+                       "the WebSocket subprotocols 'realtime', 'openai-insecure-api-key.<server.api_key>')"}})
+    if path == "/v1/sessions":
+        return json_response(http.HTTPStatus.OK, await read_outs.sessions())
+    if path != PATH:
+        return json_response(http.HTTPStatus.NOT_FOUND, {"error": {
+            "type": "invalid_request_error", "code": "not_found",
+            "message": f"no such endpoint {path}; the realtime endpoint is {PATH}"}})
+    if request.headers.get("Upgrade", "").lower() != "websocket":
+        return json_response(http.HTTPStatus.UPGRADE_REQUIRED, {"error": {
+            "type": "invalid_request_error", "code": "websocket_required",
+            "message": f"{PATH} is a WebSocket endpoint"}})
+    return None
+
+
+async def refuse(connection: Any, message: str) -> None:
+    """A session the server cannot hold: one ``session_limit_reached`` error event, then close code 1013."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        await connection.send(dumps(protocol.error_event(ProtocolError("session_limit_reached", message))))
+        await connection.close(LIMIT_CLOSE, "session limit reached")
+    except ConnectionClosed:
+        pass
+
+
+async def listen(handler: Callable[[Any], Awaitable[None]], settings: ServerSettings, read_outs: ReadOuts,
+                 stop: asyncio.Event, on_listening: Callable[[int], None]) -> None:
+    """Serve ``handler`` (one call per accepted WebSocket) on ``settings.host:port`` until ``stop`` is set.
+
+    Every request goes through :func:`route` first; ``on_listening`` gets the bound port (``port: 0`` picks one).
+    """
+    from websockets.asyncio.server import serve
+
+    async with serve(handler, settings.host, settings.port, max_size=settings.max_frame_bytes * FRAME_HARD_CAP,
+                     process_request=lambda connection, request: route(request, settings, read_outs),
+                     select_subprotocol=_select_subprotocol, compression=None) as server:
+        on_listening(server.sockets[0].getsockname()[1])
+        await stop.wait()

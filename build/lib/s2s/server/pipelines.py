@@ -1,0 +1,135 @@
+"""The pool of pipelines: the model stages of the composed config, set up once and lent to one session at a time.
+
+A session's graph is ``socket source -> its own VAD -> <the pooled stages> -> socket sink``. The pooled stages
+(STT, LLM, TTS, ...) are set up at start, and a session returns its pipeline reset (history cleared,
+instructions restored, a TTS voice or speed changed in place set back). Each pipeline has its own stage objects
+(history, tokenizer, voice); the weights are loaded once per process where the backend allows it
+(``s2s.sharing``: faster-whisper, transformers, Kokoro ONNX), so ``max_sessions`` pipelines cost little more
+memory than one. Other backends load one copy per pipeline.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from s2s.config import StageSpec, validation_context
+from s2s.config import override_errors as stage_override_errors
+from s2s.config_errors import ConfigError, ValidationContext
+from s2s.graph import set_up
+from s2s.llm.base import LLMStage
+from s2s.messages import AudioChunk, ReplyAudio, Transcript
+from s2s.stage import Stage
+from s2s.tts.base import TTSStage
+
+log = logging.getLogger("s2s.server")
+
+
+def check_shape(specs: list[StageSpec]) -> list[ConfigError]:
+    """A session needs: source, a VAD that takes audio, ..., a stage taking transcripts named llm, ..., sink."""
+    groups = [spec.group for spec in specs]
+    shown = "[" + ", ".join(groups) + "]"
+    problems = []
+    if len(specs) < 4 or not any(issubclass(AudioChunk, kind) for kind in specs[1].cls.accepts):
+        problems.append(ConfigError("pipeline", shown, "source, a VAD (accepts AudioChunk), ..., sink for "
+                                                       "server=realtime"))
+    elif not any(issubclass(kind, ReplyAudio) for kind in specs[-2].cls.emits):
+        problems.append(ConfigError("pipeline", shown, "a stage before the sink that emits ReplyAudio (a TTS)"))
+    if "llm" not in groups[2:-1] or not any(issubclass(Transcript, k) for k in specs[groups.index("llm")].cls.accepts):
+        problems.append(ConfigError("pipeline", shown, "an 'llm' stage that accepts Transcript (typed turns "
+                                                       "are handed to it)"))
+    return problems
+
+
+def override_errors(cfg: Any, spec: StageSpec, overrides: dict[str, Any]) -> list[ConfigError]:
+    """What the stage's own validation says about ``spec`` with ``overrides`` (the client's session.update)."""
+    return stage_override_errors(spec.cls, spec.kwargs, overrides, validation_context(cfg, spec.group))
+
+
+@dataclass
+class Pipeline:
+    """The pooled stages of one session, in pipeline order (everything between the VAD and the sink)."""
+
+    index: int
+    stages: list[tuple[str, Stage]]
+    defaults: dict[str, Any] = field(default_factory=dict)  # per-session settings to restore on release
+
+    @property
+    def llm(self) -> Stage:
+        return dict(self.stages)["llm"]
+
+    def change_in_place(self, group: str, changes: dict[str, Any], context: ValidationContext) -> bool:
+        """Apply a session's TTS ``changes`` to the pooled stage, model kept (False: it cannot; nothing changed).
+
+        :meth:`release` restores the configured values.
+        """
+        stage = dict(self.stages).get(group)
+        return isinstance(stage, TTSStage) and stage.apply_settings(changes, context)
+
+    def release(self) -> None:
+        """Forget the session: history, buffers, instructions, TTS settings changed in place."""
+        llm = self.llm
+        if isinstance(llm, LLMStage):
+            llm.system_prompt = self.defaults.get("system_prompt")
+        configured = self.defaults.get("tts_settings", {})
+        for name, stage in self.stages:
+            try:
+                if name in configured and stage.settings() != configured[name]:  # type: ignore[attr-defined]
+                    stage.restore_settings(configured[name])  # type: ignore[attr-defined]
+                stage.reset()
+            except Exception as error:  # a reset failing must not keep the pipeline from the pool
+                log.warning("resetting %s failed: %s: %s", name, type(error).__name__, error)
+
+
+class Pool:
+    """``size`` pipelines built from the same specs; ``acquire`` lends one or returns None when all are out."""
+
+    def __init__(self, specs: list[StageSpec], size: int) -> None:
+        self.specs = specs
+        self.pooled = specs[2:-1]  # source, VAD and sink belong to each session
+        self.size = size
+        self.pipelines: list[Pipeline] = []
+        self._free: list[Pipeline] = []
+        self._lock = threading.Lock()
+
+    def setup(self, warm_up: bool) -> dict[str, float]:
+        timings: dict[str, float] = {}
+        for index in range(self.size):
+            stages = []
+            for spec in self.pooled:
+                stage = spec.build()
+                timings[f"{index}.{spec.group}"] = set_up(spec.group, stage, warm_up)
+                stages.append((spec.group, stage))
+            llm = dict(stages)["llm"]
+            defaults: dict[str, Any] = {"system_prompt": llm.system_prompt} if isinstance(llm, LLMStage) else {}
+            defaults["tts_settings"] = {name: stage.settings() for name, stage in stages
+                                        if isinstance(stage, TTSStage) and stage.runtime_keys}
+            pipeline = Pipeline(index, stages, defaults)
+            self.pipelines.append(pipeline)
+            self._free.append(pipeline)
+            log.info("pipeline %d/%d ready (%s)", index + 1, self.size,
+                     ", ".join(f"{name} {timings[f'{index}.{name}']:.1f} s" for name, _ in stages))
+        return timings
+
+    def acquire(self) -> Pipeline | None:
+        with self._lock:
+            return self._free.pop(0) if self._free else None
+
+    def give_back(self, pipeline: Pipeline) -> None:
+        pipeline.release()
+        with self._lock:
+            self._free.append(pipeline)
+
+    @property
+    def in_use(self) -> int:
+        with self._lock:
+            return self.size - len(self._free)
+
+    def close(self) -> None:
+        for pipeline in self.pipelines:
+            for name, stage in pipeline.stages:
+                try:
+                    stage.close()
+                except Exception as error:
+                    log.warning("closing %s failed: %s: %s", name, type(error).__name__, error)

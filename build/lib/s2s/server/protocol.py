@@ -1,0 +1,298 @@
+"""The OpenAI Realtime protocol subset the server speaks: parsing and checking client events, building server events.
+
+Everything a client sends is checked here before it reaches a session: a bad event becomes a
+:class:`ProtocolError`, which the server turns into an ``error`` event; the session goes on. ``session.update``
+maps onto an explicit allowlist of keys, so a client never reaches the composed config or a ``_target_``.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from s2s.server.settings import ServerSettings
+
+DEFAULT_RATE = 24000  # the Realtime API's PCM16 rate
+CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
+                 "input_audio_buffer.clear", "response.create", "response.cancel", "conversation.item.create",
+                 "conversation.item.retrieve", "conversation.item.delete", "conversation.item.truncate")
+
+
+class ProtocolError(ValueError):
+    """A client event the server refuses; becomes an ``error`` event with ``code`` and ``param``."""
+
+    def __init__(self, code: str, message: str, param: str | None = None, event_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.param, self.event_id = code, message, param, event_id
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+
+
+# semantic_vad's eagerness -> the VAD's min_silence_ms (a silence this long ends the turn); auto keeps the
+# configured value (600 ms in conf/vad/silero.yaml, which the latency benchmark chose)
+EAGERNESS_SILENCE_MS: dict[str, int | None] = {"low": 800, "medium": 600, "high": 400, "auto": None}
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """How a user turn ends: the server's VAD (server_vad, semantic_vad) or the client's commit (``kind`` none).
+
+    Each server_vad setting maps onto a VAD constructor key (threshold, min_silence_ms, speech_pad_ms);
+    semantic_vad's ``eagerness`` maps onto min_silence_ms (:data:`EAGERNESS_SILENCE_MS`).
+    """
+
+    threshold: float | None = None
+    silence_duration_ms: int | None = None
+    prefix_padding_ms: int | None = None
+    interrupt_response: bool = True
+    kind: str = "server_vad"  # server_vad | semantic_vad | none (turn_detection null: manual turns)
+    eagerness: str | None = None  # semantic_vad only
+    idle_timeout_ms: int | None = None  # accepted and shown; the server sends no idle prompts
+
+    @property
+    def manual(self) -> bool:
+        """No automatic turn end: the client commits the input buffer."""
+        return self.kind == "none"
+
+    def vad_overrides(self) -> dict[str, Any]:
+        if self.kind == "semantic_vad":
+            silence = EAGERNESS_SILENCE_MS.get(self.eagerness or "auto")
+            return {} if silence is None else {"min_silence_ms": silence}
+        mapping = {"threshold": self.threshold, "min_silence_ms": self.silence_duration_ms,
+                   "speech_pad_ms": self.prefix_padding_ms}
+        return {key: value for key, value in mapping.items() if value is not None}
+
+
+@dataclass
+class SessionUpdate:
+    """The checked content of one ``session.update``: only fields the client named are set.
+
+    ``acknowledged`` holds the keys that were accepted but cannot apply to this pipeline (tracing,
+    noise_reduction, prompt, ...), by their path, for the log.
+    """
+
+    instructions: str | None = None
+    voice: str | None = None
+    input_rate: int | None = None
+    output_rate: int | None = None
+    turn_detection: TurnDetection | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    speed: float | None = None
+    transcription: bool | None = None  # False: the client set transcription null (no transcription events)
+    acknowledged: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ClientEvent:
+    type: str
+    event_id: str | None
+    body: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_frame(frame: str | bytes, limits: ServerSettings) -> ClientEvent:
+    """One WebSocket frame -> a client event of a known type (its fields are checked by the handlers)."""
+    if len(frame) > limits.max_frame_bytes:
+        raise ProtocolError("frame_too_large", f"frame of {len(frame)} bytes is over the limit of "
+                                               f"{limits.max_frame_bytes} bytes (server.max_frame_bytes); "
+                                               f"send audio in smaller appends")
+    try:
+        event = json.loads(frame)
+    except (ValueError, RecursionError) as error:
+        raise ProtocolError("invalid_json", f"the frame is not valid JSON ({error})") from None
+    if not isinstance(event, dict):
+        raise ProtocolError("invalid_event", "an event is a JSON object with a 'type'")
+    event_id = event.get("event_id") if isinstance(event.get("event_id"), str) else None
+    kind = event.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError("missing_required_parameter", "the event has no 'type'", "type", event_id)
+    if kind not in CLIENT_EVENTS:
+        raise ProtocolError("unknown_event_type", f"unknown event type '{kind[:80]}'; this server handles: "
+                                                  f"{', '.join(CLIENT_EVENTS)}", "type", event_id)
+    return ClientEvent(kind, event_id, event)
+
+
+def check_field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], where: str, event_id: str | None,
+           required: bool = True) -> Any:
+    if name not in body:
+        if required:
+            raise ProtocolError("missing_required_parameter", f"missing required parameter '{where}{name}'",
+                                f"{where}{name}", event_id)
+        return None
+    value = body[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):  # True is an int too
+        names = " or ".join(k.__name__ for k in kinds)
+        raise ProtocolError("invalid_type", f"'{where}{name}' must be {names}, not {type(value).__name__}",
+                            f"{where}{name}", event_id)
+    return value
+
+
+def check_keys(body: dict[str, Any], allowed: set[str], where: str, event_id: str | None) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise ProtocolError("unknown_parameter", f"unknown parameter '{where}{unknown[0]}'; allowed here: "
+                                                 f"{', '.join(sorted(allowed))}", f"{where}{unknown[0]}", event_id)
+
+
+def decode_audio(event: ClientEvent) -> np.ndarray:
+    """``input_audio_buffer.append`` -> int16 samples (little-endian PCM16 mono)."""
+    check_keys(event.body, {"type", "event_id", "audio"}, "", event.event_id)
+    data = check_field(event.body, "audio", str, "", event.event_id)
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError("invalid_audio", "'audio' is not valid base64", "audio", event.event_id) from None
+    if len(raw) % 2:
+        raise ProtocolError("invalid_audio", f"'audio' decodes to {len(raw)} bytes; PCM16 needs an even count",
+                            "audio", event.event_id)
+    return np.frombuffer(raw, dtype="<i2")
+
+
+def encode_audio(samples: np.ndarray) -> str:
+    """int16 samples -> base64 of little-endian PCM16."""
+    return base64.b64encode(samples.astype("<i2").tobytes()).decode("ascii")
+
+
+@dataclass
+class Item:
+    """A ``conversation.item.create`` item: user text or the output of a tool call."""
+
+    kind: str  # input_text | function_call_output
+    text: str
+    call_id: str | None = None
+    item_id: str = field(default_factory=lambda: new_id("item"))
+
+
+def parse_item_object(item: dict[str, Any], where: str, eid: str | None) -> Item:
+    kind = check_field(item, "type", str, where, eid)
+    item_id = item["id"] if isinstance(item.get("id"), str) and item["id"] else new_id("item")
+    if kind == "function_call_output":
+        check_keys(item, {"type", "id", "object", "status", "call_id", "output"}, where, eid)
+        return Item(kind, check_field(item, "output", str, where, eid), check_field(item, "call_id", str, where, eid),
+                    item_id)
+    if kind != "message":
+        raise ProtocolError("invalid_value", f"'{where}type' {kind!r} is not supported; expected 'message' "
+                                             f"(with input_text) or 'function_call_output'", f"{where}type", eid)
+    check_keys(item, {"type", "id", "object", "status", "role", "content"}, where, eid)
+    if item.get("role", "user") != "user":
+        raise ProtocolError("invalid_value", "only 'user' messages can be added", f"{where}role", eid)
+    content = check_field(item, "content", list, where, eid)
+    texts = []
+    for index, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
+            raise ProtocolError("invalid_value", f"'{where}content[{index}]' must be {{'type': 'input_text', "
+                                                 f"'text': ...}}", f"{where}content[{index}]", eid)
+        texts.append(part["text"])
+    text = " ".join(t.strip() for t in texts).strip()
+    if not text:
+        raise ProtocolError("invalid_value", "the message has no text", f"{where}content", eid)
+    return Item("input_text", text, None, item_id)
+
+
+def parse_item(event: ClientEvent) -> Item:
+    eid = event.event_id
+    check_keys(event.body, {"type", "event_id", "item", "previous_item_id"}, "", eid)
+    return parse_item_object(check_field(event.body, "item", dict, "", eid), "item.", eid)
+
+
+@dataclass
+class ItemRequest:
+    """``conversation.item.retrieve``, ``.delete`` or ``.truncate`` of one item."""
+
+    kind: str  # retrieve | delete | truncate
+    item_id: str
+    event_id: str | None
+    audio_end_ms: int = 0  # truncate: the audio the user heard
+    content_index: int = 0
+
+
+def parse_item_request(event: ClientEvent) -> ItemRequest:
+    eid = event.event_id
+    kind = event.type.rsplit(".", 1)[-1]
+    extra = {"audio_end_ms", "content_index"} if kind == "truncate" else set()
+    check_keys(event.body, {"type", "event_id", "item_id", *extra}, "", eid)
+    request = ItemRequest(kind, check_field(event.body, "item_id", str, "", eid), eid)
+    if kind == "truncate":
+        request.audio_end_ms = check_field(event.body, "audio_end_ms", int, "", eid)
+        request.content_index = check_field(event.body, "content_index", int, "", eid, required=False) or 0
+        if request.audio_end_ms < 0 or request.content_index != 0:
+            param = "audio_end_ms" if request.audio_end_ms < 0 else "content_index"
+            raise ProtocolError("invalid_value", f"'{param}' must be {'0 or more' if param == 'audio_end_ms' else 0} "
+                                                 f"(one audio part per assistant item)", param, eid)
+    return request
+
+
+@dataclass
+class ResponseRequest:
+    """What a ``response.create`` asks of this response alone (unset fields: the session's settings hold)."""
+
+    instructions: str | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    out_of_band: bool = False  # conversation "none": the reply stays out of the conversation and the history
+    input: list[Item] | None = None  # its own input items instead of the conversation's new ones
+    metadata: dict[str, Any] | None = None
+
+
+def check_bare(event: ClientEvent) -> None:
+    check_keys(event.body, {"type", "event_id", "response_id"}, "", event.event_id)
+
+
+# ---------------------------------------------------------------------------------------------- server events
+def event(kind: str, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "event_id": new_id("event"), **fields}
+
+
+def error_event(error: ProtocolError) -> dict[str, Any]:
+    return event("error", error={"type": "invalid_request_error", "code": error.code, "message": error.message,
+                                 "param": error.param, "event_id": error.event_id})
+
+
+def dumps(server_event: dict[str, Any]) -> str:
+    """A server event as the text of one WebSocket frame."""
+    return json.dumps(server_event, ensure_ascii=False)
+
+
+# ---------------------------------------------------------------------------------------------- items, responses
+def user_item_id(session_id: str, turn: int) -> str:
+    """The id of the user's spoken item for ``turn`` (the same in speech_started, speech_stopped, transcript)."""
+    return f"item_{session_id[-8:]}_{turn}"
+
+
+def user_text_item(text: str) -> dict[str, Any]:
+    return {"id": new_id("item"), "object": "realtime.item", "type": "message", "role": "user",
+            "status": "completed", "content": [{"type": "input_text", "text": text}]}
+
+
+def function_output_item(call_id: str, output: str) -> dict[str, Any]:
+    return {"id": new_id("item"), "object": "realtime.item", "type": "function_call_output", "call_id": call_id,
+            "output": output}
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments,
+            "status": "completed", "object": "realtime.item"}
+
+
+def assistant_item(item_id: str, transcript: str, completed: bool) -> dict[str, Any]:
+    """The spoken reply of a response; ``completed`` False when it was cut short (cancelled, failed)."""
+    return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+            "status": "completed" if completed else "incomplete",
+            "content": [{"type": "output_audio", "transcript": transcript}]}
+
+
+def response_object(response_id: str, status: str, output: list[dict[str, Any]] | None = None,
+                    reason: str | None = None, metadata: dict[str, Any] | None = None,
+                    out_of_band: bool = False) -> dict[str, Any]:
+    details = None if status == "in_progress" else {"type": status, "reason": reason}
+    return {"id": response_id, "object": "realtime.response", "status": status, "status_details": details,
+            "output": output or [], "output_modalities": ["audio"], "metadata": metadata,
+            "conversation_id": None if out_of_band else "conv_s2s"}

@@ -1,0 +1,227 @@
+"""``python run.py server=realtime``: the OpenAI Realtime WebSocket endpoint, HTTP read-outs, limits and keys.
+
+``ws://HOST:PORT/v1/realtime`` speaks the Realtime protocol (the official ``openai`` SDK connects unchanged with
+``OpenAI(base_url="http://HOST:PORT/v1", api_key=KEY).realtime.connect(model=...)``). ``GET /v1/sessions``
+shows every session's per-turn figures as JSON; ``GET /health`` answers ``ok``; ``GET /`` is a browser page
+(``s2s/server/page/``) that talks to the same endpoint from the microphone. :class:`SessionServer` is one
+process's sessions over one pool of pipelines: the whole server with ``server.engine=local``, one replica
+with ``server.engine=ray`` (``s2s/server/ray_app.py``).
+"""
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from omegaconf import DictConfig
+
+from s2s import sharing, tracing
+from s2s.config import StageSpec
+from s2s.graph import StageSetupError
+from s2s.server import protocol
+from s2s.server.handshake import PATH, listen, refuse
+from s2s.server.outbox import Close, Send
+from s2s.server.pipelines import Pool
+from s2s.server.protocol import ProtocolError, dumps
+from s2s.server.session import Session
+from s2s.server.settings import ServerSettings
+from s2s.server.stages import SocketSink, SocketSource
+from s2s.stage import require
+
+log = logging.getLogger("s2s.server")
+
+
+def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
+    """The stages each session gets: the socket instead of the configured source and sink."""
+    return [StageSpec(specs[0].group, "s2s.server.stages.SocketSource", SocketSource, {}), *specs[1:-1],
+            StageSpec(specs[-1].group, "s2s.server.stages.SocketSink", SocketSink, {})]
+
+
+def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSettings) -> int:
+    """``server.engine=local``: one process, ``max_sessions`` pipelines; serve until SIGINT/SIGTERM.
+
+    Returns:
+        The exit code: 0 stopped, 1 could not start, 130 interrupted during setup.
+    """
+    require("websockets", backend="server=realtime", extra="server")
+    sharing.enable()  # the pipelines share weights where the backend allows it (faster-whisper, transformers, onnx)
+    pool = Pool(specs, settings.max_sessions)
+    try:
+        pool.setup(warm_up=bool(cfg.runner.warm_up))
+        return asyncio.run(_serve(SessionServer(cfg, specs, pool, settings, Path(cfg.output_dir) / "sessions")))
+    except StageSetupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # the port is taken, the address is not ours
+        print(f"error: cannot listen on {settings.host}:{settings.port}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C before the loop could take signals over
+        return 130
+    finally:
+        pool.close()
+
+
+async def _serve(server: SessionServer) -> int:
+    """Listen until SIGINT or SIGTERM; returns 0 once stopped."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    settings = server.settings
+
+    def announce(port: int) -> None:
+        print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="
+              f"{settings.max_sessions}, api key {'required' if settings.api_key else 'not required'}); "
+              f"sessions' metrics at http://{settings.host}:{port}/v1/sessions; a browser page at "
+              f"http://{settings.host}:{port}/", flush=True)
+
+    await server.run(stop, announce)
+    log.info("stopping: closing %d session(s)", len(server.active))
+    return 0
+
+
+class SessionServer:
+    """One process's sessions: a :class:`Session` per WebSocket connection, each on a pipeline of ``pool``.
+
+    Each connection borrows a pipeline for its whole life, or is refused with a ``session_limit_reached``
+    error and close code 1013 when all are out. A session runs a reader (one client frame at a time into
+    :meth:`Session.handle`) and a writer task (the outbox into the socket). When the client goes, goes quiet
+    for ``server.idle_timeout_s``, or the server stops, the writer drains, the session closes (in an executor:
+    it joins the graph's threads) and the pipeline goes back to the pool, reset. It is also the
+    :class:`~s2s.server.handshake.ReadOuts` of its socket: sessions now and recently ended.
+
+    Args:
+        cfg: the composed config; each session's graph is built from it.
+        specs: its validated stages.
+        pool: the pipelines, already set up.
+        settings: where to listen and what clients may send.
+        sessions_dir: each session writes ``<n>-<id>/transcript.jsonl`` and ``metrics.json`` here.
+    """
+
+    def __init__(self, cfg: DictConfig, specs: list[StageSpec], pool: Pool, settings: ServerSettings,
+                 sessions_dir: Path) -> None:
+        self.cfg, self.specs, self.pool, self.settings, self.sessions_dir = cfg, specs, pool, settings, sessions_dir
+        self.active: dict[str, Session] = {}
+        self.ended: deque[dict[str, Any]] = deque(maxlen=200)
+        self.count = 0
+        self.refused = 0
+
+    async def run(self, stop: asyncio.Event, on_listening: Callable[[int], None]) -> None:
+        """Listen on ``settings.host:port`` until ``stop`` is set; ``on_listening`` gets the bound port."""
+        await listen(self.handler, self.settings, self, stop, on_listening)
+
+    async def sessions(self) -> dict[str, Any]:
+        def safe(session: Session) -> dict[str, Any]:
+            for _ in range(3):  # the graph's threads may add a turn while we read
+                try:
+                    return session.describe()
+                except RuntimeError:
+                    time.sleep(0.01)
+            return {"id": session.id, "status": session.status}
+
+        return {"max_sessions": self.settings.max_sessions, "active": len(self.active), "refused": self.refused,
+                "sessions": [*self.ended, *(safe(s) for s in list(self.active.values()))]}
+
+    def health(self) -> tuple[http.HTTPStatus, dict[str, Any]]:
+        return http.HTTPStatus.OK, {"status": "ok"}
+
+    async def handler(self, connection: Any) -> None:
+        """One client connection, from the session limit check to the pipeline's return to the pool."""
+        from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
+
+        settings, pool = self.settings, self.pool
+        pipeline = pool.acquire()
+        if pipeline is None:
+            self.refused += 1
+            log.info("refused a session: all %d are in use", settings.max_sessions)
+            await refuse(connection, f"all {settings.max_sessions} sessions of this server are in use "
+                                     f"(server.max_sessions); try again later")
+            return
+        self.count += 1
+        session_id = protocol.new_id("sess")
+        query = parse_qs(urlsplit(connection.request.path).query)
+
+        async def send(server_event: dict[str, Any]) -> None:
+            await connection.send(dumps(server_event))
+
+        session = Session(session_id, self.cfg, self.specs, pipeline, settings, send,
+                          self.sessions_dir / f"{self.count:04d}-{session_id}", model=query.get("model", ["s2s"])[0])
+        tracing.follow(self.cfg, session.recorder, "session", self.specs, {"session.id": session_id})
+        self.active[session_id] = session
+        log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,
+                 pool.size)
+        writer = asyncio.create_task(_write(session))
+        dropper = asyncio.create_task(_drop_when_overflowed(session, connection, writer))
+        session.outbox.put(Send(protocol.event("session.created", session=session.session_object())))
+        status = "closed"
+        try:
+            while True:
+                try:
+                    frame = await asyncio.wait_for(connection.recv(), settings.idle_timeout_s)
+                except TimeoutError:
+                    session.fail(ProtocolError("idle_timeout", f"no event for {settings.idle_timeout_s:g} s "
+                                                               f"(server.idle_timeout_s); closing the session"))
+                    status = "idle_timeout"
+                    break
+                await session.handle(frame)
+        except ConnectionClosedOK:
+            status = "closed"
+        except ConnectionClosed:
+            status = "disconnected"
+        finally:
+            status = "overflow" if session.overflow.is_set() else status
+            session.outbox.put(Close())
+            try:
+                await asyncio.wait_for(writer, 5.0)
+            except (TimeoutError, ConnectionClosed, asyncio.CancelledError):
+                writer.cancel()
+            await asyncio.get_running_loop().run_in_executor(None, session.close, status)
+            self.ended.append(session.describe())  # before the pipeline is reset: its history is the session's
+            pool.give_back(pipeline)
+            self.active.pop(session_id, None)
+            summary = session.recorder.summary()
+            log.info("session %s: %s after %d turn(s), %d response(s) completed, %d cancelled; median "
+                     "voice-to-voice %s s", session_id, status, summary["turns"], session.responses_completed,
+                     session.responses_cancelled, summary["median"].get("voice_to_voice_s"))
+            if status == "idle_timeout":
+                await connection.close(1000, "idle timeout")
+            elif status == "overflow":
+                await dropper  # its close handshake, bounded by the connection's close_timeout
+            dropper.cancel()
+
+
+async def _write(session: Session) -> None:
+    """The session's writer; a bug while translating one event is logged and the session goes on."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        await session.writer()
+    except ConnectionClosed:
+        pass
+
+
+async def _drop_when_overflowed(session: Session, connection: Any, writer: asyncio.Task[None]) -> None:
+    """A client that does not read: once its outbox overflows, an ``error`` and close code 1008 end its session.
+
+    The writer (waiting on the full socket) stops; the error is handed to the socket without waiting for the
+    client to take it, and the close ends the reader's loop.
+    """
+    await session.overflow.wait()
+    log.warning("session %s: its client has not read %d events (server.max_queued_events); dropping it",
+                session.id, session.outbox.limit)
+    writer.cancel()
+    error = ProtocolError("client_too_slow", f"over {session.outbox.limit} events wait for this client to read "
+                                             f"them (server.max_queued_events); closing the session")
+    try:
+        await asyncio.wait_for(connection.send(dumps(protocol.error_event(error))), 1.0)
+    except Exception:  # TimeoutError (the frame stays queued on the socket), or the client already gone
+        pass
+    await connection.close(1008, "client too slow: events not read")

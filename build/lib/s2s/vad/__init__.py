@@ -1,0 +1,1 @@
+"""Voice activity detection: finds user utterances in the input stream."""

@@ -1,0 +1,259 @@
+"""Silero VAD (the model ships inside the silero-vad wheel) as a streaming utterance detector with speculative turns."""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
+
+import numpy as np
+
+from s2s import audio
+from s2s.config_errors import ConfigErrors, Range, ValidationContext
+from s2s.messages import (AudioChunk, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed,
+                          TurnDiscarded)
+from s2s.stage import MissingExtraError, Stage, require
+from s2s.vad import turn as turn_detection
+
+RATE = 16000
+FRAME = 512  # Silero's step at 16 kHz (32 ms)
+CONTEXT = 64  # samples of the previous frame the ONNX model sees before each new one (as silero-vad feeds it)
+
+
+class OnnxSilero:
+    """Silero's packaged ONNX export through onnxruntime, fed as silero-vad's own ``OnnxWrapper`` feeds it.
+
+    No torch: the file is found without importing ``silero_vad`` (its ``__init__`` imports torch).
+    """
+
+    def __init__(self, onnxruntime: Any, threads: int | None) -> None:
+        from s2s.models import package_file
+        from s2s.onnx import cpu_session
+
+        path = package_file("silero_vad", "data", "silero_vad.onnx")
+        if path is None:
+            raise MissingExtraError("vad=silero", "silero_vad", None)
+        # 32 ms frames: one thread is plenty; the model is stateless (its state is an input), so one session serves
+        self._session = cpu_session(onnxruntime, path, threads or 1)
+        self._rate = np.array(RATE, dtype=np.int64)
+        self.reset_states()
+
+    def reset_states(self) -> None:
+        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._context = np.zeros(CONTEXT, dtype=np.float32)
+
+    def __call__(self, frame: np.ndarray) -> float:
+        window = np.concatenate([self._context, frame])[None, :]
+        probability, self._state = self._session.run(None, {"input": window, "state": self._state, "sr": self._rate})
+        self._context = frame[-CONTEXT:]
+        return float(probability[0, 0])
+
+
+def _samples(ms: int) -> int:
+    return ms * RATE // 1000
+
+
+class TorchSilero:
+    """The packaged TorchScript model (``vad.onnx=false``), with the same call as :class:`OnnxSilero`."""
+
+    def __init__(self) -> None:
+        self._torch = require("torch", backend="vad=silero", extra=None)
+        self._model = require("silero_vad", backend="vad=silero", extra=None).load_silero_vad()
+
+    def reset_states(self) -> None:
+        self._model.reset_states()
+
+    def __call__(self, frame: np.ndarray) -> float:
+        with self._torch.no_grad():
+            return float(self._model(self._torch.from_numpy(np.ascontiguousarray(frame)), RATE))
+
+
+class SileroVAD(Stage):
+    """Emits one :class:`SpeechSegment` per utterance, and :class:`SpeechStarted` once it is long enough.
+
+    With ``speculative_silence_ms``, the segment goes out after that short silence, marked speculative, so
+    STT, LLM and TTS start early; once the silence reaches ``min_silence_ms`` a :class:`TurnConfirmed`
+    follows and the runner lets the reply reach the user. If the user speaks again first, a
+    :class:`TurnDiscarded` drops that work and the utterance goes on as a new turn holding all of it.
+
+    Args:
+        threshold: speech probability that opens an utterance; it closes below ``threshold - 0.15``.
+        min_silence_ms: silence that ends an utterance (the turn is confirmed).
+        speculative_silence_ms: a shorter silence after which work on the turn starts; null = off.
+        min_speech_ms: shorter blips are dropped.
+        speech_pad_ms: audio kept before the start and after the end of speech.
+        max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
+        onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
+            frame); false: the TorchScript model through torch.
+        turn: the ``turn`` group (``${turn}``): how a pause ends the turn; null: ``turn=silence``, by
+            ``min_silence_ms``. ``turn=smart_turn`` judges at ``speculative_silence_ms`` (see
+            :mod:`s2s.vad.turn`).
+    """
+
+    accepts = (AudioChunk,)
+    emits = (SpeechSegment,)
+
+    def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
+                 min_silence_ms: Annotated[int, Range(32, 10000)] = 600,
+                 speculative_silence_ms: Annotated[int, Range(32, 10000)] | None = 200,
+                 min_speech_ms: Annotated[int, Range(0, 10000)] = 250,
+                 speech_pad_ms: Annotated[int, Range(0, 2000)] = 100,
+                 max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = True,
+                 turn: dict[str, Any] | None = None) -> None:
+        self.threshold = threshold
+        self.min_silence = _samples(min_silence_ms)
+        self.speculative_silence = _samples(speculative_silence_ms) if speculative_silence_ms else None
+        self.min_speech = _samples(min_speech_ms)
+        self.pad_frames = max(1, -(-_samples(speech_pad_ms) // FRAME)) if speech_pad_ms else 0
+        self.max_speech = _samples(max_speech_ms) if max_speech_ms else None
+        self.onnx = onnx
+        self.turn, settings = turn, turn_detection.settings(turn)
+        self._turn_settings = turn_detection.DETECTORS[settings[0]](**settings[1])
+        smart = isinstance(self._turn_settings, turn_detection.SmartTurnSettings)
+        # the silence that ends a turn: with Smart Turn, one it judged incomplete (a complete one ends earlier)
+        self._end_silence = _samples(self._turn_settings.max_silence_ms if smart else min_silence_ms)
+        # the turn detector: called on the open turn's samples at the speculative silence, True ends it there;
+        # setup() builds Smart Turn for turn=smart_turn unless one was set (tests set a stand-in)
+        self.detector: Callable[[np.ndarray], bool] | None = None
+        self._model: OnnxSilero | TorchSilero | None = None
+        self._turn = 0
+        self.reset()
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        max_speech, min_speech = kwargs["max_speech_ms"], kwargs["min_speech_ms"]
+        if max_speech is not None and max_speech <= min_speech:
+            raise context.error("max_speech_ms", max_speech, f"null or more than min_speech_ms ({min_speech})")
+        speculative, min_silence = kwargs["speculative_silence_ms"], kwargs["min_silence_ms"]
+        if speculative is not None and speculative >= min_silence:
+            raise context.error("speculative_silence_ms", speculative,
+                                f"null or less than min_silence_ms ({min_silence}): it starts work before the "
+                                f"turn is confirmed")
+        if errors := turn_detection.check(kwargs["turn"], kwargs, context):
+            raise ConfigErrors(errors)
+
+    def setup(self) -> None:
+        if isinstance(self._turn_settings, turn_detection.SmartTurnSettings) and self.detector is None:
+            self.detector = turn_detection.SmartTurn(require("onnxruntime", backend="turn=smart_turn", extra=None),
+                                                      self.threads, self._turn_settings.threshold)
+        if self.onnx:
+            self._model = OnnxSilero(require("onnxruntime", backend="vad=silero", extra=None), self.threads)
+            return
+        self._model = TorchSilero()
+
+    def reset(self) -> None:
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._ring: deque[np.ndarray] = deque(maxlen=self.pad_frames or 1)
+        self._speech: list[np.ndarray] = []
+        self._triggered = False
+        self._silence = 0  # samples of silence since the last speech frame
+        self._started_sent = False
+        self._speculated = False  # a speculative segment of the open turn is out
+        self._position = 0  # samples consumed so far
+        self._segment_start = 0
+        if self._model is not None:
+            self._model.reset_states()
+
+    def open_speech(self) -> np.ndarray | None:
+        """A copy of the open utterance's samples so far (16 kHz, pad included); None when none is open.
+
+        Safe from another thread: the frame list is replaced, never emptied in place, and frames are never written.
+        """
+        frames = self._speech[:] if self._triggered else []
+        return np.concatenate(frames) if frames else None
+
+    @property
+    def voicing(self) -> bool:
+        """An utterance is open and its latest frame was speech (no silence has started yet)."""
+        return self._triggered and self._silence == 0
+
+    def process(self, message: Data) -> Iterator[Message]:
+        assert isinstance(message, AudioChunk)
+        samples = audio.resample(message.samples, message.sample_rate, RATE)
+        self._pending = np.concatenate([self._pending, samples])
+        while len(self._pending) >= FRAME:
+            frame, self._pending = self._pending[:FRAME], self._pending[FRAME:]
+            yield from self._step(frame, self._model(frame))
+            self._position += FRAME
+
+    def _step(self, frame: np.ndarray, probability: float) -> Iterator[Message]:
+        if not self._triggered:
+            if probability < self.threshold:
+                self._ring.append(frame)
+                return
+            padding = list(self._ring) if self.pad_frames else []
+            self._triggered, self._speech, self._silence = True, padding, 0
+            self._segment_start = self._position - FRAME * len(padding)
+        self._speech.append(frame)
+        if probability < self.threshold - 0.15:
+            self._silence += FRAME
+        else:
+            self._silence = 0
+            if self._speculated:  # the user went on: the early attempt is void, the utterance continues
+                yield TurnDiscarded(self._turn)
+                self._turn += 1
+                self._speculated = False
+        length = FRAME * len(self._speech)
+        voiced = length - self._silence
+        if not self._started_sent and voiced >= self.min_speech:
+            self._started_sent = True
+            yield SpeechStarted(self._turn)
+        if self._silence >= self._end_silence:
+            if self._speculated:
+                yield TurnConfirmed(self._turn, self._now())
+                self._end_turn()
+            else:
+                yield from self._close(self._kept(), voiced=voiced)
+        elif (self.speculative_silence and not self._speculated and self._silence >= self.speculative_silence
+              and voiced >= self.min_speech):
+            self._speculated = True
+            yield self._segment(self._kept(), speculative=True)
+            if self.detector is not None and self.detector(np.concatenate(self._speech)):
+                yield TurnConfirmed(self._turn, self._now())  # the model heard a complete turn: end it now
+                self._end_turn()
+        elif self.max_speech and length >= self.max_speech and not self._speculated:
+            yield from self._close(self._speech, voiced=voiced, continues=True)
+
+    def _now(self) -> float:
+        return (self._position + FRAME) / RATE
+
+    def _kept(self) -> list[np.ndarray]:
+        """The open utterance up to its last voiced frame, plus the trailing pad."""
+        return self._speech[:len(self._speech) - self._silence // FRAME + self.pad_frames]
+
+    def _segment(self, frames: list[np.ndarray], speculative: bool = False) -> SpeechSegment:
+        samples = np.concatenate(frames)
+        start = self._segment_start / RATE
+        speech_end = (self._position + FRAME - self._silence) / RATE
+        return SpeechSegment(samples, RATE, self._turn, start, start + len(samples) / RATE,
+                             speech_end_s=speech_end, closed_s=self._now(), speculative=speculative)
+
+    def _close(self, frames: list[np.ndarray], voiced: int, continues: bool = False) -> Iterator[Message]:
+        """End the open segment; a split of continuing speech keeps the VAD triggered so nothing is lost."""
+        if frames and (voiced >= self.min_speech or continues):
+            yield self._segment(frames)
+            self._turn += 1
+        self._end_turn(continues)
+
+    def _end_turn(self, continues: bool = False) -> None:
+        if self._speculated:
+            self._turn += 1
+        self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
+        self._triggered = continues
+        self._segment_start = self._position + FRAME
+        self._ring.clear()
+
+    def flush(self) -> Iterator[Message]:
+        if self._speculated:
+            yield TurnConfirmed(self._turn, self._now())
+            self._end_turn()
+        elif self._speech:
+            yield from self._close(self._speech, voiced=FRAME * len(self._speech) - self._silence)
+
+    def warm_up(self) -> None:
+        if self.detector is not None:
+            self.detector(np.zeros(RATE, dtype=np.float32))
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": "silero_vad.onnx" if self.onnx else "silero_vad.jit (packaged)",
+                **({"turn": "smart-turn-v3.2-cpu.onnx"}
+                   if isinstance(self._turn_settings, turn_detection.SmartTurnSettings) else {})}

@@ -1,0 +1,156 @@
+"""Turn detection for the VAD: how a pause ends the user's turn (the ``turn`` config group).
+
+``turn=silence`` (the default): a silence of ``vad.min_silence_ms`` ends it. ``turn=smart_turn``: after the
+short silence that starts a speculative turn (``vad.speculative_silence_ms``), Smart Turn v3.2 (the reference
+system's endpointing model, an 8.7 MB ONNX file inside the ``pipecat-ai`` wheel, BSD-2-Clause) judges from the
+audio whether the turn is complete; complete ends it at once, incomplete waits up to ``turn.max_silence_ms``.
+
+The VAD receives the group as a plain mapping (``vad.turn: ${turn}``) whose ``detector`` names the kind; the rest
+binds to that kind's settings class here, so nothing but the VAD's own ``_target_`` is ever instantiated.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+
+from s2s.config_errors import ConfigError, Range, ValidationContext
+from s2s.models import package_file
+from s2s.stage import MissingExtraError
+
+RATE = 16000
+WINDOW_S = 8  # the model hears the last 8 s of the turn, zero-padded in front when shorter
+MODEL_FILE = ("pipecat", "audio", "turn", "smart_turn", "data", "smart-turn-v3.2-cpu.onnx")
+INSTALL = "pip install --no-deps pipecat-ai==1.14.0 (scripts/setup.sh does it)"
+BACKEND = "turn=smart_turn"
+
+
+class Silence:
+    """``turn=silence``: the turn ends after ``vad.min_silence_ms`` of silence, whatever was said."""
+
+    def __init__(self) -> None:
+        pass
+
+
+class SmartTurnSettings:
+    """``turn=smart_turn``'s keys (the VAD builds :class:`SmartTurn` from them in its ``setup``).
+
+    Args:
+        threshold: completion probability at or above which a pause ends the turn at once.
+        max_silence_ms: the silence that ends a turn the model judged incomplete (it replaces
+            ``vad.min_silence_ms``, which only ``turn=silence`` reads).
+    """
+
+    def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
+                 max_silence_ms: Annotated[int, Range(300, 10000)] = 3000) -> None:
+        self.threshold, self.max_silence_ms = threshold, max_silence_ms
+
+
+DETECTORS: dict[str, type] = {"silence": Silence, "smart_turn": SmartTurnSettings}
+
+
+def model_path() -> Path:
+    """Smart Turn v3.2's CPU ONNX inside the installed ``pipecat-ai`` wheel, found without importing pipecat."""
+    path = package_file(*MODEL_FILE)
+    if path is None or not path.is_file():
+        raise MissingExtraError(BACKEND, "pipecat", None, install=INSTALL)
+    return path
+
+
+def settings(turn: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """The detector's name and its keyword arguments (already validated) from the ``turn`` mapping."""
+    values = dict(turn or {"detector": "silence"})
+    return str(values.pop("detector")), values
+
+
+def check(turn: Mapping[str, Any] | None, vad: Mapping[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """What is wrong with the ``turn`` group (errors named ``turn.<key>``) and with the VAD keys it needs."""
+    from dataclasses import replace
+
+    from s2s.config import check_kwargs
+
+    if turn is None:
+        return []
+    group = replace(context, group="turn")
+    name = turn.get("detector")
+    if name not in DETECTORS:
+        return [group.error("detector", name, f"one of {', '.join(DETECTORS)}")]
+    kwargs = {key: value for key, value in turn.items() if key != "detector"}
+    errors = check_kwargs(DETECTORS[name], kwargs, group)
+    if errors or name != "smart_turn":
+        return errors
+    speculative = vad["speculative_silence_ms"]
+    if speculative is None:
+        errors.append(context.error("speculative_silence_ms", None, "a silence in ms (turn=smart_turn judges "
+                                                                    "the turn after it), e.g. 200"))
+    elif kwargs.get("max_silence_ms", 3000) <= speculative:
+        errors.append(group.error("max_silence_ms", kwargs.get("max_silence_ms", 3000),
+                                  f"more than vad.speculative_silence_ms ({speculative})"))
+    try:
+        model_path()
+    except MissingExtraError as error:
+        errors.append(group.error("detector", name, f"pipecat-ai installed for its model file ({error})"))
+    return errors
+
+
+# ------------------------------------------------------------------ Whisper's log-mel features, in numpy
+def _mel_filters(bins: int = 80, n_fft: int = 400) -> np.ndarray:
+    """Slaney-scale triangular filters with Slaney area normalisation, as Whisper's (librosa's) are."""
+    def to_hz(mels: np.ndarray) -> np.ndarray:
+        return np.where(mels < 15.0, 200.0 * mels / 3.0, 1000.0 * np.exp(np.log(6.4) / 27.0 * (mels - 15.0)))
+
+    top = 15.0 + np.log(RATE / 2 / 1000.0) * 27.0 / np.log(6.4)  # 8 kHz on the Slaney mel scale
+    edges = to_hz(np.linspace(0.0, top, bins + 2))
+    ramps = edges[:, None] - np.linspace(0, RATE // 2, n_fft // 2 + 1)[None, :]
+    lower = -ramps[:-2] / np.diff(edges)[:-1, None]
+    upper = ramps[2:] / np.diff(edges)[1:, None]
+    return np.maximum(0.0, np.minimum(lower, upper)) * (2.0 / (edges[2:] - edges[:-2]))[:, None]
+
+
+_FILTERS = _mel_filters()
+_HANN = np.hanning(401)[:-1]
+
+
+def log_mel(samples: np.ndarray) -> np.ndarray:
+    """Smart Turn's input: the last ``WINDOW_S`` seconds (zeros in front), normalised, as 80 x 800 log-mel.
+
+    Matches ``WhisperFeatureExtractor(chunk_length=8)`` with ``do_normalize=True``, which pipecat vendors in
+    ``pipecat/audio/turn/smart_turn/_whisper_features.py`` (checked against it in tests/test_turn.py).
+    """
+    size = WINDOW_S * RATE
+    x = np.asarray(samples, dtype=np.float32)[-size:]
+    x = np.pad(x, (size - len(x), 0))
+    x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
+    padded = np.pad(x.astype(np.float64), 200, mode="reflect")
+    frames = np.lib.stride_tricks.sliding_window_view(padded, 400)[::160]
+    power = np.abs(np.fft.rfft(frames * _HANN, axis=-1)) ** 2
+    mel = np.log10(np.maximum(1e-10, _FILTERS @ power.T))[:, :-1]
+    return ((np.maximum(mel, mel.max() - 8.0) + 4.0) / 4.0).astype(np.float32)
+
+
+class SmartTurn:
+    """Smart Turn v3.2 through onnxruntime: ``detector(samples)`` is True when the turn sounds complete.
+
+    Args:
+        onnxruntime: the imported module.
+        threads: the VAD's thread budget (None: one, as pipecat runs it; 30 ms a call on one core).
+        threshold: completion probability at or above which the turn is complete.
+    """
+
+    def __init__(self, onnxruntime: Any, threads: int | None, threshold: float) -> None:
+        from s2s.onnx import cpu_session
+
+        self.threshold = threshold
+        self._session = cpu_session(onnxruntime, model_path(), threads or 1)
+        self.last_probability: float | None = None
+
+    def probability(self, samples: np.ndarray) -> float:
+        """The model's probability that the turn in ``samples`` (16 kHz, up to now) is complete."""
+        [out] = self._session.run(None, {"input_features": log_mel(samples)[None]})
+        return float(np.asarray(out).reshape(-1)[0])
+
+    def __call__(self, samples: np.ndarray) -> bool:
+        self.last_probability = self.probability(samples)
+        return self.last_probability >= self.threshold
