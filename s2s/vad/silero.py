@@ -9,8 +9,8 @@ import numpy as np
 
 from s2s import audio
 from s2s.config_errors import ConfigErrors, Range, ValidationContext
-from s2s.messages import (AudioChunk, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed,
-                          TurnDiscarded)
+from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed,
+                          TurnDiscarded, TurnVerdict)
 from s2s.stage import MissingExtraError, Stage, require
 from s2s.vad import turn as turn_detection
 
@@ -108,9 +108,12 @@ class SileroVAD(Stage):
         self.onnx = onnx
         self.turn, settings = turn, turn_detection.settings(turn)
         self._turn_settings = turn_detection.DETECTORS[settings[0]](**settings[1])
-        smart = isinstance(self._turn_settings, turn_detection.SmartTurnSettings)
-        # the silence that ends a turn: with Smart Turn, one it judged incomplete (a complete one ends earlier)
-        self._end_silence = _samples(self._turn_settings.max_silence_ms if smart else min_silence_ms)
+        judged = isinstance(self._turn_settings, turn_detection.JUDGES)
+        # the silence that ends a turn: with Smart Turn or words, one judged incomplete (a complete one ends earlier)
+        self._end_silence = _samples(self._turn_settings.max_silence_ms if judged else min_silence_ms)
+        # turn=words: the LLM's verdict on the speculative turn's words comes back here (``steer``)
+        words = isinstance(self._turn_settings, turn_detection.WordsSettings)
+        self.takes: tuple[type[Control], ...] = (TurnVerdict,) if words else ()
         # the turn detector: called on the open turn's samples at the speculative silence, True ends it there;
         # setup() builds Smart Turn for turn=smart_turn unless one was set (tests set a stand-in)
         self.detector: Callable[[np.ndarray], bool] | None = None
@@ -212,6 +215,18 @@ class SileroVAD(Stage):
                 self._end_turn()
         elif self.max_speech and length >= self.max_speech and not self._speculated:
             yield from self._close(self._speech, voiced=voiced, continues=True)
+
+    def steer(self, message: Control) -> Iterator[Message]:
+        """``turn=words``: the LLM's verdict on the open speculative turn; a likely end ends it now.
+
+        A verdict for a turn that is no longer open and silent (the user went on, or it ended) is ignored.
+        """
+        assert isinstance(message, TurnVerdict)
+        if not (self._speculated and self._triggered and message.turn == self._turn and self._silence > 0):
+            return
+        if message.complete_probability >= self._turn_settings.threshold:
+            yield TurnConfirmed(self._turn, self._position / RATE)
+            self._end_turn()
 
     def _now(self) -> float:
         return (self._position + FRAME) / RATE
