@@ -113,8 +113,9 @@ def test_each_turn_option_composes_validates_and_reaches_the_vad(tmp_path):
     from conftest import compose_config
     from s2s.config import validate
 
-    for option, detector in (("silence", "silence"), ("smart_turn", "smart_turn"), ("words", "words")):
-        if option == "smart_turn" and importlib.util.find_spec("pipecat") is None:
+    for option, detector in (("silence", "silence"), ("smart_turn", "smart_turn"), ("words", "words"),
+                             ("fused", "fused")):
+        if option in ("smart_turn", "fused") and importlib.util.find_spec("pipecat") is None:
             continue
         spec = next(s for s in validate(compose_config([f"turn={option}"], tmp_path)) if s.group == "vad")
         assert spec.kwargs["turn"]["detector"] == detector

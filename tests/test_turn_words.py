@@ -34,9 +34,10 @@ def question(espeak, tmp_path_factory):
     return np.concatenate([audio.silence(0.5, 16000), speech, audio.silence(2.0, 16000)])
 
 
-def run_vad(samples: np.ndarray, verdict: float | None, late_s: float = 0.1, turn_shift: int = 0) -> list:
+def run_vad(samples: np.ndarray, verdict: float | None, late_s: float = 0.1, turn_shift: int = 0,
+            vad: SileroVAD | None = None) -> list:
     """The VAD on ``samples``; ``late_s`` of audio after its speculative segment, the verdict comes back."""
-    vad = SileroVAD(turn=WORDS)
+    vad = vad or SileroVAD(turn=WORDS)
     vad.setup()
     out: list[Message] = []
     due = None
@@ -84,6 +85,26 @@ def test_speech_resuming_after_a_low_verdict_discards_the_attempt(question):
     assert [type(m).__name__ for m in out if not isinstance(m, Data) and type(m).__name__ != "SpeechStarted"] \
         == ["TurnDiscarded", "TurnConfirmed"]
     assert [m for m in out if isinstance(m, TurnDiscarded)][0].turn == 0
+
+
+class Heard:
+    """turn=fused's Smart Turn stand-in: says whether the audio sounded done, keeps how much it heard."""
+
+    def __init__(self, done: bool) -> None:
+        self.done, self.heard = done, []
+
+    def __call__(self, samples: np.ndarray) -> bool:
+        self.heard.append(len(samples))
+        return self.done
+
+
+@pytest.mark.parametrize("audio_done,words,after_s", [(True, 0.6, 0.3), (False, 0.6, 1.5), (True, 0.01, 1.5)])
+def test_fused_ends_at_once_only_when_the_audio_and_the_words_say_done(question, audio_done, words, after_s):
+    vad = SileroVAD(turn={"detector": "fused", "threshold": 0.5, "words_threshold": 0.1, "max_silence_ms": 1500})
+    vad.detector = heard = Heard(audio_done)
+    segment, confirmed = ended(run_vad(question, words, vad=vad))
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.07)
+    assert len(heard.heard) == 1 and vad.takes == (TurnVerdict,)
 
 
 # ------------------------------------------------------------------------------------ the packaged SmolLM2

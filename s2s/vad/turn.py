@@ -67,8 +67,27 @@ class WordsSettings:
         self.threshold, self.max_silence_ms = threshold, max_silence_ms
 
 
-DETECTORS: dict[str, type] = {"silence": Silence, "smart_turn": SmartTurnSettings, "words": WordsSettings}
-JUDGES = (SmartTurnSettings, WordsSettings)  # the detectors that judge at the speculative silence
+class FusedSettings:
+    """``turn=fused``: Smart Turn hears the audio at the speculative silence, the LLM reads the words; the turn
+    ends at once only when both say done, and otherwise after ``max_silence_ms``.
+
+    Args:
+        threshold: Smart Turn's completion probability that counts as done.
+        words_threshold: the words' end-of-turn probability that counts as done (see :class:`WordsSettings`).
+        max_silence_ms: the silence that ends a turn either judged unfinished.
+    """
+
+    def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
+                 words_threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.1,
+                 max_silence_ms: Annotated[int, Range(300, 10000)] = 1800) -> None:
+        self.threshold, self.words_threshold, self.max_silence_ms = threshold, words_threshold, max_silence_ms
+
+
+DETECTORS: dict[str, type] = {"silence": Silence, "smart_turn": SmartTurnSettings, "words": WordsSettings,
+                              "fused": FusedSettings}
+JUDGES = (SmartTurnSettings, WordsSettings, FusedSettings)  # the detectors that judge at the speculative silence
+HEARS = (SmartTurnSettings, FusedSettings)  # ... with Smart Turn on the audio
+READS = (WordsSettings, FusedSettings)  # ... with the LLM's verdict on the words
 
 
 def model_path() -> Path:
@@ -108,7 +127,7 @@ def check(turn: Mapping[str, Any] | None, vad: Mapping[str, Any], context: Valid
     elif kwargs.get("max_silence_ms", default) <= speculative:
         errors.append(group.error("max_silence_ms", kwargs.get("max_silence_ms", default),
                                   f"more than vad.speculative_silence_ms ({speculative})"))
-    if name != "smart_turn":
+    if name not in ("smart_turn", "fused"):
         return errors
     try:
         model_path()
