@@ -177,3 +177,23 @@ def test_the_runner_hands_the_llm_verdict_back_to_the_vad_which_ends_the_turn(sm
     [confirmed] = [m for stage, m in seen.outputs if isinstance(m, TurnConfirmed) and stage == "vad"]
     assert confirmed.at_s - segment.speech_end_s < 1.0  # the verdict ended it, not max_silence_ms (1.5 s)
     assert {m.turn for _, m in sink.received} == {0}  # and the held reply went out
+
+
+def test_a_server_session_hands_the_verdict_to_its_vad_under_the_vad_s_own_turn_number(question):
+    from s2s.server.stages import SessionVAD, TurnCounter
+
+    counter = TurnCounter()
+    counter.next(), counter.next()  # two typed turns came first: the session's numbers are not the VAD's
+    session = SessionVAD(SileroVAD(turn=WORDS), counter)
+    session.setup()
+    assert session.takes == (TurnVerdict,)
+    out: list[Message] = []
+    for block in audio.chunks(question, 512):
+        for message in session.process(AudioChunk(block, 16000)):
+            out.append(message)
+            if isinstance(message, SpeechSegment) and message.speculative:
+                out += session.steer(TurnVerdict(message.turn, 0.9))
+    segment, confirmed = ended(out)
+    assert segment.turn == confirmed.turn == 2
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.2, abs=0.07)  # at once, not after 1.5 s
+    assert list(session.steer(TurnVerdict(7, 0.9))) == []  # a turn it never had
