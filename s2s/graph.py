@@ -152,6 +152,11 @@ class Graph:
         self._writer = None if self._voice is None else maker(stages, stages[self._voice][1].accepts or (ReplyText,))
         self._first_out: dict[int, threading.Event] = {}
         self._first_out_lock = threading.Lock()
+        # feedback: a control that a stage ``takes`` (the VAD a TurnVerdict) goes back to it from whichever later
+        # stage emits it; each stage is told what is wanted, so none makes feedback that nobody reads
+        self._takers = {kind: index for index, (_, stage) in enumerate(stages) if index > 0 for kind in stage.takes}
+        for _, stage in stages:
+            stage.wanted = frozenset(self._takers)
 
     @property
     def barge_in(self) -> bool:
@@ -290,6 +295,9 @@ class Graph:
                 self._drain(index, stage.end_turn(message.turn))
             if isinstance(message, TurnDiscarded):
                 stage.discard(message.turn)
+            if stage.takes and isinstance(message, stage.takes):  # feedback from a later stage: it ends here
+                self._drain(index, stage.steer(message))
+                continue
             if isinstance(message, Control):
                 self._emit(index, message, forwarded=True)
                 continue
@@ -350,6 +358,11 @@ class Graph:
         name = self.stages[index][0]
         if isinstance(message, Metric):
             self.observer.on_metric(name, message)
+            return
+        taker = self._takers.get(type(message))
+        if taker is not None and taker <= index:  # feedback goes back upstream, into the taker's inbox
+            self.observer.on_output(name, message, time.perf_counter())
+            self._queues[taker - 1].put(message)
             return
         if not forwarded:  # e.g. a TurnConfirmed passed on after the reply must not make the mic deaf again
             self.turns.observe(message)  # first: observers see a message in the light of what it did to its turn

@@ -62,6 +62,7 @@ class Transcript(Data):
     text: str
     turn: int
     language: str | None = None
+    speculative: bool = False  # from a speculative segment: the turn may still go on (the LLM may judge it)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,18 @@ class TurnDiscarded(Control):
     """
 
     turn: int
+
+
+@dataclass(frozen=True)
+class TurnVerdict(Control):
+    """How likely the words of speculative turn ``turn`` end the user's turn (the LLM read its transcript).
+
+    The runner hands it back upstream to the stage that ``takes`` it (the VAD with ``turn=words``), which may
+    end the turn at once; a verdict for a turn that is no longer open is ignored.
+    """
+
+    turn: int
+    complete_probability: float
 
 
 @dataclass(frozen=True)

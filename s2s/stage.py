@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from s2s.config_errors import ValidationContext
-from s2s.messages import Data, Message
+from s2s.messages import Control, Data, Message
 from s2s.runtimes import ByBackend, Runtime
 
 
@@ -57,6 +57,10 @@ class Stage:
     # the runtime library it needs where some platforms have none (mlx, ...), one per backend value or one for all;
     # the validator checks it against platform.unavailable, so a stage never looks at the platform
     requires: ClassVar[Runtime | ByBackend | None] = None
+    # control messages a later stage emits that the runner hands back to this one (``steer``), e.g. TurnVerdict
+    takes: tuple[type[Control], ...] = ()  # a class or an instance attribute (the VAD's depends on its turn group)
+    # the feedback some stage of this graph takes (set by the runner): a stage makes such messages only when asked
+    wanted: frozenset[type[Control]] = frozenset()
 
     def setup(self) -> None:
         """Load models and open devices. Called once, before the first message."""
@@ -87,6 +91,13 @@ class Stage:
         The runner calls it in the stage's own thread when the ``TurnDiscarded`` reaches the stage, so it
         comes after everything the stage did for that turn.
         """
+
+    def steer(self, message: Control) -> Iterator[Message]:
+        """A feedback message of a type in ``takes`` came back from a later stage; yield what it causes.
+
+        The runner calls it in the stage's own thread, between two ``process`` calls.
+        """
+        return iter(())
 
     def reset(self) -> None:
         """Forget per-conversation state (history, buffers)."""

@@ -113,8 +113,9 @@ def test_each_turn_option_composes_validates_and_reaches_the_vad(tmp_path):
     from conftest import compose_config
     from s2s.config import validate
 
-    for option, detector in (("silence", "silence"), ("smart_turn", "smart_turn")):
-        if option == "smart_turn" and importlib.util.find_spec("pipecat") is None:
+    for option, detector in (("silence", "silence"), ("smart_turn", "smart_turn"), ("words", "words"),
+                             ("fused", "fused")):
+        if option in ("smart_turn", "fused") and importlib.util.find_spec("pipecat") is None:
             continue
         spec = next(s for s in validate(compose_config([f"turn={option}"], tmp_path)) if s.group == "vad")
         assert spec.kwargs["turn"]["detector"] == detector
@@ -124,16 +125,17 @@ def test_each_turn_option_composes_validates_and_reaches_the_vad(tmp_path):
 @pytest.mark.parametrize("override,expected", [
     ("turn.threshold=1.0", "turn.threshold=1.0: invalid; expected a number from 0 to 1 (exclusive)"),
     ("turn.max_silence_ms=20000", "turn.max_silence_ms=20000: invalid; expected a number from 300 to 10000"),
-    ("turn.detector=semantic", "turn.detector=semantic: invalid; expected one of silence, smart_turn"),
+    ("turn.detector=semantic", "turn.detector=semantic: invalid; expected one of silence, smart_turn, words"),
     ("vad.speculative_silence_ms=null", "vad.speculative_silence_ms=None: invalid; expected a silence in ms"),
 ])
-def test_bad_turn_settings_are_refused_before_loading(override, expected, tmp_path):
+@pytest.mark.parametrize("option", ["smart_turn", "words"])
+def test_bad_turn_settings_are_refused_before_loading(option, override, expected, tmp_path):
     from conftest import compose_config
     from s2s.config import validate
     from s2s.config_errors import ConfigErrors
 
     with pytest.raises(ConfigErrors) as caught:
-        validate(compose_config(["turn=smart_turn", override], tmp_path))
+        validate(compose_config([f"turn={option}", override], tmp_path))
     assert any(str(error).startswith(expected) for error in caught.value.errors), caught.value
 
 

@@ -9,7 +9,8 @@ python -m s2s.bench recognition [key=value ...] [--versus "key=value ..."]...: t
 recognition set (espeak-ng voices and rates, real recordings) against its time, for each variant.
 
 python -m s2s.bench turns [key=value ...] [--variant "key=value ..."]...: cut-offs in a pause and the endpoint
-after a complete turn, for turn=silence and turn=smart_turn (or the variants given), on the VAD alone.
+after a complete turn, for turn=silence, smart_turn and words (or the variants given), on the VAD (turn=words and
+fused add the STT and LLM, which judge the words).
 
 python -m s2s.bench answers [key=value ...] [--sweep-unsure]: the LLM stage alone on the answer set (110 spoken-style
 questions with the key words of a right answer): right, confidently wrong or unsure per question and in all, the
@@ -61,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     answers.add_argument("--sweep-unsure", action="store_true",
                          help="generate with calibration off and score llm.unsure_below / llm.dont_know_below "
                               "thresholds on each reply's confidence")
-    turns = commands.add_parser("turns", help="cut-offs in a pause and endpoints, turn=silence vs turn=smart_turn")
+    turns = commands.add_parser("turns", help="cut-offs in a pause and endpoints, turn=silence vs smart_turn vs words")
     turns.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every variant")
     turns.add_argument("--variant", metavar="'key=value ...'", type=str.split, action="append", default=[],
-                       help="a variant's overrides (repeatable; default: turn=silence and turn=smart_turn)")
+                       help="a variant's overrides (repeatable; default: turn=silence, smart_turn, words)")
     args = parser.parse_args(argv)
     if args.command == "turns":
         return bench_turns(args.overrides, args.variant)

@@ -4,10 +4,12 @@ the user off in a pause and how long it waits after a complete turn.
 The set is spoken by espeak-ng in four voices: complete questions, and the same questions with a pause of
 0.7-1.0 s inside ("What is the capital of ... France?"), the two pieces joined with silence. espeak says each
 piece as a sentence of its own, with a falling end; a second form ends the first piece with a comma, so it is
-said with a continuing rise, as a person pausing mid-sentence would. Only the VAD stage runs (from the composed
+said with a continuing rise, as a person pausing mid-sentence would. The VAD stage runs (from the composed
 config, on the input clock, as fast as it can): a turn that is let go inside the pause is a cut-off; the
-endpoint is the silence from the last voiced frame to the turn's end (``TurnConfirmed``, or the segment). The
-end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=smart_turn"``.
+endpoint is the silence from the last voiced frame to the turn's end (``TurnConfirmed``, or the segment). With
+``turn=words`` the STT and LLM stages run too: each speculative segment is transcribed and its words scored,
+and the verdict reaches the VAD as much input later as that took in wall time (as a realtime stream would
+see it). The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ VOICES = [("en-us", 150), ("en-gb", 165), ("en-us+f3", 140), ("en-gb+m3", 155)]
 SPLITS = [("What is the capital of", "France?"), ("How many days are there in", "a leap year?"),
           ("Can you tell me", "a fun fact about the ocean?"), ("What should I cook", "for dinner tonight?")]
 PAUSES_S = (0.7, 0.85, 1.0)
-DEFAULT_VARIANTS = [["turn=silence"], ["turn=smart_turn"]]
+DEFAULT_VARIANTS = [["turn=silence"], ["turn=smart_turn"], ["turn=words"]]
 
 
 @dataclass
@@ -72,21 +74,59 @@ def build_vad(overrides: list[str]) -> Any:
     return set_up(overrides, "vad", "/tmp/s2s-bench-turns")
 
 
-def judge(vad: Any, clip: TurnClip) -> dict[str, Any]:
+class Hearing:
+    """The STT and LLM stages a ``turn=words`` VAD needs: a speculative segment in, the LLM's verdict out."""
+
+    def __init__(self, overrides: list[str]) -> None:
+        from s2s.bench.compose import set_up
+        from s2s.messages import TurnVerdict
+
+        self.stt, self.llm = (set_up(overrides, group, "/tmp/s2s-bench-turns") for group in ("stt", "llm"))
+        self.llm.wanted = frozenset({TurnVerdict})  # as the runner tells it when the VAD takes verdicts
+        self.texts: dict[str, float] = {}  # each speculative transcript and its score, for the report
+        self.delays: list[float] = []  # wall seconds from each speculative segment to its verdict
+
+    def verdict(self, segment: Any) -> tuple[Any, float]:
+        """The verdict on ``segment`` (None: no words or no score) and the wall seconds STT and LLM took."""
+        from s2s.messages import Transcript, TurnVerdict
+
+        started = time.perf_counter()
+        texts = [m.text for m in self.stt.process(segment) if isinstance(m, Transcript)]
+        probability = self.llm.end_of_turn_probability(self.llm.chat_messages(texts[0])) if texts else None
+        if texts and probability is not None:
+            self.texts[texts[0]] = probability
+        verdict = None if probability is None else TurnVerdict(segment.turn, probability)
+        self.delays.append(time.perf_counter() - started)
+        return verdict, self.delays[-1]
+
+    def close(self) -> None:
+        self.stt.close()
+        self.llm.close()
+
+
+def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str, Any]:
     """The turns the VAD let go on ``clip``: cut off in the pause or not, and the endpoint of the first one."""
     from s2s.messages import AudioChunk, SpeechSegment, TurnConfirmed
 
     vad.reset()
     segments: dict[int, SpeechSegment] = {}
     ended: list[tuple[float, float]] = []  # (speech end, when the turn ended) of each turn let go
+    due: list[tuple[float, Any]] = []  # (input position at which it comes back, verdict)
     started = time.perf_counter()
-    for block in [*audio.chunks(clip.samples, 512), None]:
-        out = vad.process(AudioChunk(block, RATE)) if block is not None else vad.flush()
+    for index, block in enumerate([*audio.chunks(clip.samples, 512), None]):
+        out = list(vad.process(AudioChunk(block, RATE)) if block is not None else vad.flush())
+        position = (index + 1) * 512 / RATE
+        while due and due[0][0] <= position and block is not None:
+            out += vad.steer(due.pop(0)[1])
         for message in out:
             if isinstance(message, SpeechSegment):
                 segments[message.turn] = message
                 if not message.speculative:
                     ended.append((message.speech_end_s, message.closed_s))
+                elif hearing is not None:
+                    verdict, seconds = hearing.verdict(message)
+                    if verdict is not None:
+                        due.append((message.closed_s + seconds, verdict))
             elif isinstance(message, TurnConfirmed):
                 ended.append((segments[message.turn].speech_end_s, message.at_s))
     seconds = time.perf_counter() - started
@@ -106,9 +146,10 @@ def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, st
     falling = [r for r, c in zip(found, clips) if c.pause and "falling" in c.name]
     rising = [r for r, c in zip(found, clips) if c.pause and "continuing" in c.name]
     whole = [r for r in falling + rising if not r["cut"]]
+    ends = [r["endpoint_s"] for r in complete if r["endpoint_s"]]
     return {"cut off (falling piece)": share(falling), "cut off (continuing piece)": share(rising),
             "complete split": f"{sum(r['turns'] != 1 for r in complete)}/{len(complete)}",
-            "endpoint complete p50 / p90 s": spread([r["endpoint_s"] for r in complete if r["endpoint_s"]]),
+            "endpoint complete p50 / p90 / max s": spread(ends) + (f" / {max(ends):.2f}" if ends else ""),
             "endpoint paused, kept whole, p50 / p90 s": spread([r["endpoint_s"] for r in whole if r["endpoint_s"]])}
 
 
@@ -121,9 +162,18 @@ def bench_turns(overrides: list[str], variants: list[list[str]]) -> int:
         clips = build_set(Path(folder))
     rows = {}
     for variant in variants or DEFAULT_VARIANTS:
+        from s2s.messages import TurnVerdict
+
         vad = build_vad([*overrides, *variant])
-        found = [judge(vad, clip) for clip in clips]
+        hearing = Hearing([*overrides, *variant]) if TurnVerdict in vad.takes else None
+        found = [judge(vad, clip, hearing) for clip in clips]
         vad.close()
+        if hearing is not None:
+            for text, probability in sorted(hearing.texts.items(), key=lambda item: item[1]):
+                print(f"  {' '.join(variant)}: {probability:.3f} {text}")
+            print(f"  {' '.join(variant)}: the verdict came {statistics.median(hearing.delays):.2f} s (median), "
+                  f"{max(hearing.delays):.2f} s (max) after the speculative segment (STT + scoring)")
+            hearing.close()
         rows[" ".join(variant)] = _summary(found, clips)
         for result, clip in zip(found, clips):
             if result["cut"] or result["turns"] != 1:

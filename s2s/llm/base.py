@@ -11,7 +11,7 @@ from typing import Any
 from s2s.languages import language_name
 from s2s.llm.calibration import Capped, Confidence
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
-from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd
+from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd, TurnVerdict
 from s2s.stage import Stage
 from s2s.text import SentenceSplitter, clean_for_speech
 
@@ -160,6 +160,14 @@ class LLMStage(Stage):
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         raise NotImplementedError
 
+    def end_of_turn_probability(self, messages: list[dict[str, Any]]) -> float | None:
+        """The model's probability that the user's turn ends after the last message's words (``turn=words``).
+
+        The stage yields it as a :class:`TurnVerdict` before a speculative reply; None (backends that cannot
+        score a prompt) yields none, and the VAD then waits for its ``max_silence_ms``.
+        """
+        return None
+
     def count_tokens(self, text: str) -> int:
         """Tokens ``text`` takes in the prompt: about 4 characters a token, unless the backend has a tokenizer."""
         return -(-len(text) // 4)
@@ -196,6 +204,10 @@ class LLMStage(Stage):
         with self._history_lock:
             instructions, toolbox, keep = self._plans.pop(message.turn, (KEEP, KEEP, True))
         messages = self.chat_messages(message.text, instructions, message.language)
+        if message.speculative and TurnVerdict in self.wanted:  # the VAD asks: do these words end the turn?
+            probability = self.end_of_turn_probability(messages)
+            if probability is not None:
+                yield TurnVerdict(message.turn, probability)
         own_toolbox = self._toolbox
         if toolbox is not KEEP:
             self._toolbox = toolbox

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.calibration import Calibrator, Capped, Confidence, Measure
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
+from s2s.messages import TurnVerdict
 from s2s.models import build_once, cache_root, local_path, model_source
 from s2s.sharing import shared_model
 from s2s.stage import require
@@ -208,6 +210,8 @@ class CTranslate2LM(TemplateTools, LLMStage):
         return sorted({index for index in ids if isinstance(index, int)})
 
     def warm_up(self) -> None:  # with the configured system prompt: its state is then cached for the first turn
+        if TurnVerdict in self.wanted:  # turn=words: the first scoring call pays one-off costs too
+            self.end_of_turn_probability(self.chat_messages("Hi"))
         pieces = self.stream(self.chat_messages("Hi"))
         try:
             next(pieces, None)
@@ -228,6 +232,26 @@ class CTranslate2LM(TemplateTools, LLMStage):
         if 0 < len(static) < len(ids) and ids[:len(static)] == static:
             return static, ids[len(static):]
         return [], ids
+
+    def end_of_turn_probability(self, messages: list[dict[str, Any]]) -> float | None:
+        """P(the template's end-of-turn token | the chat up to the user's words), from one ``score_batch`` call.
+
+        Whisper's punctuation is kept: measured on SmolLM2, it carries most of the signal ("What should I cook."
+        0.57, "What is the capital of." 0.001); without it finished questions fall under 0.05 too. A trailing
+        ellipsis (Whisper's mark of speech trailing off) is dropped, as it says nothing of the words.
+        """
+        text = str(messages[-1]["content"] or "").rstrip()
+        while text.endswith(("...", "\u2026")):
+            text = text.removesuffix("...").removesuffix("\u2026").rstrip()
+        if not text:
+            return None
+        chat = [*messages[:-1], {**messages[-1], "content": text}]
+        ids = self._tokenizer.encode(self._tokenizer.render(chat, add_generation_prompt=False))
+        ends = [index for index, token in enumerate(ids) if token in self._end_ids]
+        if not ends:  # a template with no end-of-turn token after the user's words cannot be scored
+            return None
+        [scored] = self._generator.score_batch([self._tokenizer.tokens(ids[:ends[-1] + 1])])
+        return math.exp(scored.log_probs[-1])
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped]:
         static, rest = self.prompt(self._with_tools(messages))

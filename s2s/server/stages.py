@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from s2s.messages import (AudioChunk, Data, Message, ReplyAudio, SpeechSegment, SpeechStarted, TurnConfirmed,
+from s2s.messages import (AudioChunk, Control, Data, Message, ReplyAudio, SpeechSegment, SpeechStarted, TurnConfirmed,
                           TurnDiscarded)
 from s2s.server.partials import PartialTranscriber
 from s2s.stage import Source, Stage
@@ -112,6 +112,7 @@ class SessionVAD(Stage):
     def __init__(self, vad: Stage, turns: TurnCounter) -> None:
         self.vad = vad
         self.accepts, self.emits = vad.accepts, vad.emits
+        self.takes = vad.takes  # turn=words: the LLM's verdicts come back to the VAD through here
         self._turns = turns
         self._numbers: dict[int, int] = {}  # the VAD's own turn -> the session's
         self._replacement: Stage | None = None
@@ -229,6 +230,14 @@ class SessionVAD(Stage):
         yield from self._act(vad)
         yield from self._track(vad.process(message))
         self._offer_partial(vad)
+
+    def steer(self, message: Control) -> Iterator[Message]:
+        """A verdict on a session turn goes to the VAD under the VAD's own number (none: no longer open)."""
+        with self._lock:
+            own = next((own for own, session in self._numbers.items() if session == getattr(message, "turn", None)),
+                       None)
+        if own is not None:
+            yield from self._track(self._current().steer(dataclasses.replace(message, turn=own)))
 
     def end_turn(self, turn: int) -> Iterator[Message]:
         return iter(())  # the VAD starts turns; nothing upstream of it can end one

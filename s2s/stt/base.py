@@ -56,7 +56,7 @@ class STTStage(Stage):
             yield TurnEnd(message.turn)
             return
         if text:
-            yield Transcript(text, message.turn, language)
+            yield Transcript(text, message.turn, language, speculative=message.speculative)
         else:
             log.info("turn %d: no words recognised, no reply", message.turn)
             yield TurnEnd(message.turn)

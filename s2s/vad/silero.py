@@ -9,8 +9,8 @@ import numpy as np
 
 from s2s import audio
 from s2s.config_errors import ConfigErrors, Range, ValidationContext
-from s2s.messages import (AudioChunk, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed,
-                          TurnDiscarded)
+from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed,
+                          TurnDiscarded, TurnVerdict)
 from s2s.stage import MissingExtraError, Stage, require
 from s2s.vad import turn as turn_detection
 
@@ -108,9 +108,13 @@ class SileroVAD(Stage):
         self.onnx = onnx
         self.turn, settings = turn, turn_detection.settings(turn)
         self._turn_settings = turn_detection.DETECTORS[settings[0]](**settings[1])
-        smart = isinstance(self._turn_settings, turn_detection.SmartTurnSettings)
-        # the silence that ends a turn: with Smart Turn, one it judged incomplete (a complete one ends earlier)
-        self._end_silence = _samples(self._turn_settings.max_silence_ms if smart else min_silence_ms)
+        judged = isinstance(self._turn_settings, turn_detection.JUDGES)
+        # the silence that ends a turn: with Smart Turn or words, one judged incomplete (a complete one ends earlier)
+        self._end_silence = _samples(self._turn_settings.max_silence_ms if judged else min_silence_ms)
+        # turn=words: the LLM's verdict on the speculative turn's words comes back here (``steer``)
+        words = isinstance(self._turn_settings, turn_detection.READS)
+        self.takes: tuple[type[Control], ...] = (TurnVerdict,) if words else ()
+        self._fused = isinstance(self._turn_settings, turn_detection.FusedSettings)
         # the turn detector: called on the open turn's samples at the speculative silence, True ends it there;
         # setup() builds Smart Turn for turn=smart_turn unless one was set (tests set a stand-in)
         self.detector: Callable[[np.ndarray], bool] | None = None
@@ -132,7 +136,7 @@ class SileroVAD(Stage):
             raise ConfigErrors(errors)
 
     def setup(self) -> None:
-        if isinstance(self._turn_settings, turn_detection.SmartTurnSettings) and self.detector is None:
+        if isinstance(self._turn_settings, turn_detection.HEARS) and self.detector is None:
             self.detector = turn_detection.SmartTurn(require("onnxruntime", backend="turn=smart_turn", extra=None),
                                                       self.threads, self._turn_settings.threshold)
         if self.onnx:
@@ -148,6 +152,7 @@ class SileroVAD(Stage):
         self._silence = 0  # samples of silence since the last speech frame
         self._started_sent = False
         self._speculated = False  # a speculative segment of the open turn is out
+        self._heard_done = False  # turn=fused: Smart Turn heard the open speculative turn complete
         self._position = 0  # samples consumed so far
         self._segment_start = 0
         if self._model is not None:
@@ -207,11 +212,27 @@ class SileroVAD(Stage):
               and voiced >= self.min_speech):
             self._speculated = True
             yield self._segment(self._kept(), speculative=True)
-            if self.detector is not None and self.detector(np.concatenate(self._speech)):
+            if self.detector is not None and self._fused:  # the words' verdict decides with it (``steer``)
+                self._heard_done = self.detector(np.concatenate(self._speech))
+            elif self.detector is not None and self.detector(np.concatenate(self._speech)):
                 yield TurnConfirmed(self._turn, self._now())  # the model heard a complete turn: end it now
                 self._end_turn()
         elif self.max_speech and length >= self.max_speech and not self._speculated:
             yield from self._close(self._speech, voiced=voiced, continues=True)
+
+    def steer(self, message: Control) -> Iterator[Message]:
+        """``turn=words``: the LLM's verdict on the open speculative turn; a likely end ends it now.
+
+        A verdict for a turn that is no longer open and silent (the user went on, or it ended) is ignored.
+        """
+        assert isinstance(message, TurnVerdict)
+        if not (self._speculated and self._triggered and message.turn == self._turn and self._silence > 0):
+            return
+        settings = self._turn_settings
+        done = message.complete_probability >= (settings.words_threshold if self._fused else settings.threshold)
+        if done and (self._heard_done or not self._fused):  # fused: both the words and the audio say done
+            yield TurnConfirmed(self._turn, self._position / RATE)
+            self._end_turn()
 
     def _now(self) -> float:
         return (self._position + FRAME) / RATE
@@ -256,4 +277,4 @@ class SileroVAD(Stage):
     def describe(self) -> dict[str, Any]:
         return {"model": "silero_vad.onnx" if self.onnx else "silero_vad.jit (packaged)",
                 **({"turn": "smart-turn-v3.2-cpu.onnx"}
-                   if isinstance(self._turn_settings, turn_detection.SmartTurnSettings) else {})}
+                   if isinstance(self._turn_settings, turn_detection.HEARS) else {})}

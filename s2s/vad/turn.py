@@ -48,7 +48,46 @@ class SmartTurnSettings:
         self.threshold, self.max_silence_ms = threshold, max_silence_ms
 
 
-DETECTORS: dict[str, type] = {"silence": Silence, "smart_turn": SmartTurnSettings}
+class WordsSettings:
+    """``turn=words``: the LLM reads the speculative turn's transcript and says how likely the words end it.
+
+    The LLM stage yields a :class:`~s2s.messages.TurnVerdict` (its chat model's probability of the end-of-turn
+    token after the user's words) before it starts the speculative reply, and the runner hands it back to the
+    VAD: at or above ``threshold`` the still-silent turn ends at once; below it, or with no verdict (an LLM
+    that cannot score), the turn ends after ``max_silence_ms`` of silence, unless the user goes on.
+
+    Args:
+        threshold: end-of-turn probability at or above which the turn ends at once. SmolLM2's is small even
+            for finished sentences (0.03-0.8, unfinished ones under 0.03), hence the low default.
+        max_silence_ms: the silence that ends a turn whose words look unfinished.
+    """
+
+    def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.1,
+                 max_silence_ms: Annotated[int, Range(300, 10000)] = 1800) -> None:
+        self.threshold, self.max_silence_ms = threshold, max_silence_ms
+
+
+class FusedSettings:
+    """``turn=fused``: Smart Turn hears the audio at the speculative silence, the LLM reads the words; the turn
+    ends at once only when both say done, and otherwise after ``max_silence_ms``.
+
+    Args:
+        threshold: Smart Turn's completion probability that counts as done.
+        words_threshold: the words' end-of-turn probability that counts as done (see :class:`WordsSettings`).
+        max_silence_ms: the silence that ends a turn either judged unfinished.
+    """
+
+    def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
+                 words_threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.1,
+                 max_silence_ms: Annotated[int, Range(300, 10000)] = 1800) -> None:
+        self.threshold, self.words_threshold, self.max_silence_ms = threshold, words_threshold, max_silence_ms
+
+
+DETECTORS: dict[str, type] = {"silence": Silence, "smart_turn": SmartTurnSettings, "words": WordsSettings,
+                              "fused": FusedSettings}
+JUDGES = (SmartTurnSettings, WordsSettings, FusedSettings)  # the detectors that judge at the speculative silence
+HEARS = (SmartTurnSettings, FusedSettings)  # ... with Smart Turn on the audio
+READS = (WordsSettings, FusedSettings)  # ... with the LLM's verdict on the words
 
 
 def model_path() -> Path:
@@ -79,15 +118,17 @@ def check(turn: Mapping[str, Any] | None, vad: Mapping[str, Any], context: Valid
         return [group.error("detector", name, f"one of {', '.join(DETECTORS)}")]
     kwargs = {key: value for key, value in turn.items() if key != "detector"}
     errors = check_kwargs(DETECTORS[name], kwargs, group)
-    if errors or name != "smart_turn":
+    if errors or name == "silence":
         return errors
-    speculative = vad["speculative_silence_ms"]
+    speculative, default = vad["speculative_silence_ms"], 3000 if name == "smart_turn" else 1800
     if speculative is None:
-        errors.append(context.error("speculative_silence_ms", None, "a silence in ms (turn=smart_turn judges "
+        errors.append(context.error("speculative_silence_ms", None, f"a silence in ms (turn={name} judges "
                                                                     "the turn after it), e.g. 200"))
-    elif kwargs.get("max_silence_ms", 3000) <= speculative:
-        errors.append(group.error("max_silence_ms", kwargs.get("max_silence_ms", 3000),
+    elif kwargs.get("max_silence_ms", default) <= speculative:
+        errors.append(group.error("max_silence_ms", kwargs.get("max_silence_ms", default),
                                   f"more than vad.speculative_silence_ms ({speculative})"))
+    if name not in ("smart_turn", "fused"):
+        return errors
     try:
         model_path()
     except MissingExtraError as error:
