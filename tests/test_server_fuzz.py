@@ -274,7 +274,7 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
             problems.append(f"churn out of time after {index} connections")
             return
         # every way at least once, then at random
-        way = index % 5 if index < 5 else rng.randrange(5)
+        way = index % 6 if index < 6 else rng.randrange(6)
         try:
             if way == 0:  # open and close at once, maybe before session.created
                 raw_connect(server).close()
@@ -295,6 +295,26 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 connection.socket.sendall(head + data[:rng.randrange(0, len(data))])
                 connection.close_socket()
                 tally("vanished mid-frame")
+            elif way == 4:  # a text frame that is not UTF-8: the WebSocket protocol's own close, 1007
+                connection = raw_connect(server)
+                if json.loads(connection.recv(timeout=WAIT_S))["type"] == "error":
+                    tally("refused")
+                    connection.close()
+                    continue
+                data = b"\xff\xfe" + _junk(rng, 20).encode()
+                head = _masked_frame_head(0x1, len(data))
+                mask = head[-4:]
+                connection.socket.sendall(head + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+                try:
+                    while True:
+                        connection.recv(timeout=WAIT_S)
+                except ConnectionClosed:
+                    pass
+                except TimeoutError:
+                    problems.append("a text frame that is not UTF-8 did not close its connection")
+                if connection.close_code != 1007:
+                    problems.append(f"a text frame that is not UTF-8 closed with {connection.close_code}, not 1007")
+                tally("not UTF-8")
             else:  # a frame over the hard cap: the server must refuse it with 1009
                 connection = raw_connect(server)
                 first = json.loads(connection.recv(timeout=WAIT_S))
@@ -353,10 +373,13 @@ def test_a_seeded_protocol_fuzz_gets_errors_and_the_server_keeps_serving(server,
         assert not thread.is_alive(), "a fuzzing client hung"
     elapsed = time.monotonic() - started
 
+    print(f"fuzz seed {SEED}: {FRAMES} frames in {elapsed:.1f} s, churn {seen}, RSS {before:.0f} -> peak "
+          f"{peak:.0f} MB")
     assert not problems, "\n".join(problems[:30])
     assert sum(count[0] for count in answered) == FRAMES
     assert elapsed < FUZZ_S
-    assert set(seen) >= {"closed at once", "half a handshake", "vanished mid-frame", "over the hard cap"}, seen
+    assert set(seen) >= {"closed at once", "half a handshake", "vanished mid-frame", "over the hard cap",
+                         "not UTF-8"}, seen
     assert server.alive(), server.output[-3000:]
     assert health and all(answer == (200, {"status": "ok"}) for answer in health), health[:5]
     server.wait_idle()
