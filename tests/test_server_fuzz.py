@@ -216,27 +216,34 @@ def raw_connect(server: RunningServer, **options):
                    open_timeout=WAIT_S, close_timeout=2, **options)
 
 
-def fuzz_session(server: RunningServer, frames, ready: threading.Barrier, deadline: float,
+def fuzz_session(server: RunningServer, frames, rng: random.Random, ready: threading.Barrier, deadline: float,
                  problems: list[str], answered: list[int]) -> None:
+    """Send ``frames`` in bursts of 1-8 (later ones go out before the earlier ones' errors are read); each must
+    get its own ``error``, in order."""
     connection = raw_connect(server)
     try:
         first = json.loads(connection.recv(timeout=WAIT_S))
         assert first["type"] == "session.created", first
         ready.wait(WAIT_S)
-        for index, (kind, frame, codes) in enumerate(frames):
+        start = 0
+        while start < len(frames):
             if time.monotonic() > deadline:
-                problems.append(f"out of time after {index} frames")
+                problems.append(f"out of time after {start} frames")
                 return
-            connection.send(frame)
-            got = json.loads(connection.recv(timeout=WAIT_S))
-            if got["type"] != "error":
-                problems.append(f"{kind} #{index}: got {got['type']} instead of an error for {frame[:200]!r}")
-                continue
-            code = got["error"]["code"]
-            if code not in codes:
-                problems.append(f"{kind} #{index}: code {code} ({got['error']['message'][:200]}) not in {codes} "
-                                f"for {frame[:200]!r}")
-            answered[0] += 1
+            burst = frames[start:start + rng.randint(1, 8)]
+            for _, frame, _ in burst:
+                connection.send(frame)
+            for index, (kind, frame, codes) in enumerate(burst, start):
+                got = json.loads(connection.recv(timeout=WAIT_S))
+                if got["type"] != "error":
+                    problems.append(f"{kind} #{index}: got {got['type']} instead of an error for {frame[:200]!r}")
+                    continue
+                code = got["error"]["code"]
+                if code not in codes:
+                    problems.append(f"{kind} #{index}: code {code} ({got['error']['message'][:200]}) not in "
+                                    f"{codes} for {frame[:200]!r}")
+                answered[0] += 1
+            start += len(burst)
         # still a working session: a good update is applied
         connection.send(json.dumps({"type": "session.update", "session": {"type": "realtime",
                                                                           "instructions": "Still here."}}))
@@ -267,6 +274,19 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
     def tally(what: str) -> None:
         seen[what] = seen.get(what, 0) + 1
 
+    def refused(connection, error: dict) -> None:
+        """A session over the limit: ``session_limit_reached``, then close code 1013."""
+        if error["error"]["code"] != "session_limit_reached":
+            problems.append(f"a churned connection got {error['error']}")
+        try:
+            connection.recv(timeout=WAIT_S)
+            problems.append("a refused connection was not closed")
+        except ConnectionClosed:
+            pass
+        if connection.close_code != 1013:
+            problems.append(f"a refused connection closed with {connection.close_code}, not 1013")
+        tally("refused")
+
     for index in range(CHURN):
         if time.monotonic() > deadline:
             problems.append(f"churn out of time after {index} connections")
@@ -283,9 +303,8 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 tally("half a handshake")
             elif way in (2, 3):  # gone mid-frame: half a frame, then the socket closes without a close frame
                 connection = raw_connect(server)
-                if json.loads(connection.recv(timeout=WAIT_S))["type"] == "error":  # refused: see below
-                    tally("refused")
-                    connection.close()
+                if (first := json.loads(connection.recv(timeout=WAIT_S)))["type"] == "error":
+                    refused(connection, first)  # all pipelines still busy with an earlier churn
                     continue
                 payload = _event("session.update", session={"instructions": "x" * rng.randrange(10, 100_000)})
                 data = payload.encode()
@@ -295,9 +314,8 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 tally("vanished mid-frame")
             elif way == 4:  # a text frame that is not UTF-8: the WebSocket protocol's own close, 1007
                 connection = raw_connect(server)
-                if json.loads(connection.recv(timeout=WAIT_S))["type"] == "error":
-                    tally("refused")
-                    connection.close()
+                if (first := json.loads(connection.recv(timeout=WAIT_S)))["type"] == "error":
+                    refused(connection, first)
                     continue
                 data = b"\xff\xfe" + _junk(rng, 20).encode()
                 head = _masked_frame_head(0x1, len(data))
@@ -317,9 +335,7 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 connection = raw_connect(server)
                 first = json.loads(connection.recv(timeout=WAIT_S))
                 if first["type"] == "error":  # all pipelines still busy with an earlier churn: 1013
-                    assert first["error"]["code"] == "session_limit_reached", first
-                    tally("refused")
-                    connection.close()
+                    refused(connection, first)
                     continue
                 try:
                     connection.send("x" * (HARD_CAP + rng.randrange(1, 100_000)))
@@ -352,8 +368,9 @@ def test_a_seeded_protocol_fuzz_gets_errors_and_the_server_keeps_serving(server,
     ready = threading.Barrier(SESSIONS + 1)
     started = time.monotonic()
     deadline = started + FUZZ_S
-    threads = [threading.Thread(target=fuzz_session, args=(server, chunk, ready, deadline, problems, count),
-                                daemon=True) for chunk, count in zip(per_session, answered)]
+    threads = [threading.Thread(target=fuzz_session, args=(server, chunk, random.Random(SEED + 2 + index), ready,
+                                                           deadline, problems, count), daemon=True)
+               for index, (chunk, count) in enumerate(zip(per_session, answered))]
     for thread in threads:
         thread.start()
     ready.wait(WAIT_S * 3)  # every fuzzing session holds its pipeline before the churn starts
