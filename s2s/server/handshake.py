@@ -147,6 +147,27 @@ async def refuse(connection: Any, message: str) -> None:
         pass
 
 
+class _ClientHandshakeFilter(logging.Filter):
+    """websockets logs a handshake the client cut short or garbled at ERROR with three chained tracebacks (about
+    35 lines), so any client could fill the log with them by opening sockets. Such a failure becomes one INFO
+    line, its cause quoted; a failure of the server's own code in the handshake (``route``) keeps its traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from websockets.exceptions import InvalidHandshake
+
+        error = record.exc_info[1] if record.exc_info else None
+        if record.msg == "opening handshake failed" and isinstance(error, InvalidHandshake):
+            cause = f"{error}: {error.__cause__}" if error.__cause__ else str(error)
+            record.msg, record.args = "opening handshake failed: %s", (quote(cause),)
+            record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+CLIENT_HANDSHAKE_FILTER = _ClientHandshakeFilter()
+
+
 async def listen(handler: Callable[[Any], Awaitable[None]], settings: ServerSettings, read_outs: ReadOuts,
                  stop: asyncio.Event, on_listening: Callable[[int], None]) -> None:
     """Serve ``handler`` (one call per accepted WebSocket) on ``settings.host:port`` until ``stop`` is set.
@@ -155,6 +176,7 @@ async def listen(handler: Callable[[Any], Awaitable[None]], settings: ServerSett
     """
     from websockets.asyncio.server import serve
 
+    logging.getLogger("websockets.server").addFilter(CLIENT_HANDSHAKE_FILTER)  # once: a logger holds a filter once
     async with serve(handler, settings.host, settings.port, max_size=settings.max_frame_bytes * FRAME_HARD_CAP,
                      process_request=lambda connection, request: route(request, settings, read_outs),
                      select_subprotocol=_select_subprotocol, compression=None) as server:
