@@ -326,13 +326,15 @@ def smollm2():
 def test_smollm2_answers_most_factual_questions(smollm2):
     from s2s.bench.questions import QUESTIONS, hit
 
-    asked = QUESTIONS[:10]
+    asked = QUESTIONS  # all 20: ten questions moved 8 -> 5 between two CPUs (int8 rounding)
     replies = []
     for turn, (question, keys) in enumerate(asked):
         smollm2.reset()
         replies.append((" ".join(spoken(smollm2.process(Transcript(question, turn, "en")))), keys))
     hits = sum(hit(reply, keys) for reply, keys in replies)
-    assert hits >= 6, replies  # measured 8 of 10 on an AMD EPYC (int8 rounding depends on the CPU)
+    # measured 12 of 20 on an Intel Xeon, 8 of the first 10 on an AMD EPYC: SmolLM2-135M knows about half of
+    # everyday facts (python -m s2s.bench answers), so the bound keeps a margin of 3 below the lower figure
+    assert hits >= 9, replies
 
 
 @pytest.mark.slow
