@@ -142,14 +142,17 @@ def test_the_answer_set_has_every_kind_with_a_hundred_questions_or_more():
 @pytest.mark.slow
 def test_calibration_turns_confident_mistakes_of_smollm2_into_hedges():
     """The packaged SmolLM2 on the answer set's 45 facts, with the default threshold and without: aggregates only,
-    with a margin (on the whole set: confidently wrong 66 -> 50 of 111, right 44 both ways). About 4 minutes on
+    with a margin (on the whole set: confidently wrong 66 -> 50 of 111, right 44 both ways). About a minute on
     one thread."""
     from conftest import compose_config
 
     from s2s.bench.answers import StreamClock, ask
 
     llm = compose_config(["llm=ctranslate2"]).llm
-    stage = CTranslate2LM(system_prompt=llm.system_prompt, compute_type="int8", unsure_below=llm.unsure_below)
+    # 24 tokens: the hedge is decided within the first sentence, and a fact's key word is in it (a quarter of
+    # the default 64 keeps the test to about a minute)
+    stage = CTranslate2LM(system_prompt=llm.system_prompt, compute_type="int8", unsure_below=llm.unsure_below,
+                          max_new_tokens=24)
     stage.threads = 1
     stage.setup()
     try:
