@@ -60,7 +60,7 @@ def test_the_translator_sends_suffixes_and_the_rest_of_the_final_transcript():
 class VoicingVAD:
     """A VAD whose chunks script it: 1 speech (the utterance grows), 0 a pause (silence started), -1 its end."""
 
-    accepts, emits = (), ()
+    accepts, emits, takes = (), (), ()
 
     def __init__(self):
         self.speech, self.voicing, self.turn = [], False, 0
