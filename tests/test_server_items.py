@@ -208,7 +208,7 @@ def test_cancelling_an_out_of_band_reply_leaves_the_history_alone():
 class StubVAD:
     """A VAD whose utterances are scripted: each chunk's samples say what it emits (1: speech, 0: silence)."""
 
-    accepts, emits = (), ()
+    accepts, emits, takes = (), (), ()
 
     def __init__(self):
         self.turn, self.open = 0, False
