@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from s2s.config import validate
+from s2s.platform import machine_context
 from s2s.config_errors import ConfigErrors
 from s2s.messages import ReplyAudio, ReplyText
 from s2s.tts.mms import LANGUAGES, MmsTTS, split_for_speech
@@ -97,8 +98,8 @@ def test_speaking_rate_and_noise_scale_reach_the_model(voices, transformers):
         torch.manual_seed(0)  # same duration noise for both rates
         lengths[rate] = sum(len(m.samples) for m in stage.process(ReplyText("a rather long sentence here.", 0)))
     assert lengths[2.0] < 0.75 * lengths[1.0]
-    assert stage.apply_settings({"speaking_rate": None}) and model.speaking_rate == model.config.speaking_rate
-    assert stage.apply_settings({"speaking_rate": 1.0}) and model.speaking_rate == 1.0  # in place: no reload
+    assert stage.apply_settings({"speaking_rate": None}, machine_context("tts")) and model.speaking_rate == model.config.speaking_rate
+    assert stage.apply_settings({"speaking_rate": 1.0}, machine_context("tts")) and model.speaking_rate == 1.0  # in place: no reload
     torch.manual_seed(0)
     assert sum(len(m.samples) for m in stage.process(ReplyText("a rather long sentence here.", 0))) == lengths[1.0]
 
