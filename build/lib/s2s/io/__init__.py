@@ -1,1 +1,0 @@
-"""Audio sources and sinks: files, microphone, speaker."""

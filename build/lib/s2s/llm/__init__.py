@@ -1,1 +1,0 @@
-"""Language models that turn a user transcript into a streamed reply."""

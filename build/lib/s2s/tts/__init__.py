@@ -1,1 +1,0 @@
-"""Text to speech backends."""

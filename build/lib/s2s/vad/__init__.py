@@ -1,1 +1,0 @@
-"""Voice activity detection: finds user utterances in the input stream."""
