@@ -60,7 +60,7 @@ def test_a_very_low_confidence_is_replaced_by_i_dont_know(random_lm):
     try:
         for question in QUESTIONS:
             assert reply(stage, question)[0] == DONT_KNOW
-            assert stage.history()[-1]["content"] == DONT_KNOW  # what was said is what the model sees next
+            assert stage.context.history()[-1]["content"] == DONT_KNOW  # what was said is what the model sees next
     finally:
         stage.close()
 
@@ -68,7 +68,7 @@ def test_a_very_low_confidence_is_replaced_by_i_dont_know(random_lm):
 def test_a_reply_cut_by_the_token_cap_ends_at_a_whole_word(random_lm):
     long = stage_on(random_lm, max_new_tokens=200)
     try:
-        full = {question: reply(long, question) and long.history()[-1]["content"] for question in QUESTIONS}
+        full = {question: reply(long, question) and long.context.history()[-1]["content"] for question in QUESTIONS}
     finally:
         long.close()
     for cap in (5, 9, 14, 23):
@@ -76,7 +76,7 @@ def test_a_reply_cut_by_the_token_cap_ends_at_a_whole_word(random_lm):
         try:
             for question in QUESTIONS:
                 reply(stage, question)
-                kept = stage.history()[-1]["content"]
+                kept = stage.context.history()[-1]["content"]
                 assert full[question].startswith(kept), (cap, kept, full[question])
                 after = full[question][len(kept):]
                 # what was dropped begins a new word (or the cut word went altogether)

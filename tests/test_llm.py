@@ -197,7 +197,7 @@ def test_the_history_token_budget_drops_the_oldest_exchanges_first():
     llm = EchoLM()
     llm.system_prompt, llm.history_turns = "Be brief.", 10
     for turn, words in enumerate(["a" * 40, "b" * 16, "c" * 8]):  # 10+1, 4+1, 2+1 tokens: user text + "ok"
-        llm.remember(turn, words, "ok")
+        llm.context.remember(turn, words, "ok")
 
     def seen(budget: int | None) -> list[str]:
         llm.history_tokens = budget

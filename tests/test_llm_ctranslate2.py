@@ -84,8 +84,8 @@ def test_the_history_token_budget_counts_with_the_models_tokenizer(native):
     native.reset()
     text = "Antidisestablishmentarianism, 1234567890!"
     assert native.count_tokens(text) == len(native._tokenizer.encode(text)) != -(-len(text) // 4)
-    native.remember(0, text, "Yes.")
-    native.remember(1, "Hi.", "Hello.")
+    native.context.remember(0, text, "Yes.")
+    native.context.remember(1, "Hi.", "Hello.")
     newest = native.count_tokens("Hi.") + native.count_tokens("Hello.")
     try:
         native.history_tokens = newest + native.count_tokens(text) + native.count_tokens("Yes.")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from s2s.llm.base import KEEP
+from s2s.chat_context import KEEP
 from s2s.llm.echo import EchoLM
 from s2s.messages import ReplyAudio, Transcript
 from s2s.server.outbox import (CancelReply, Committed, ItemAdded, ItemAsked, ItemsAnswered, ReplyOver, ReplySound,
@@ -31,8 +31,8 @@ def translator(transcription=True, turns=2):
     llm.history_turns = turns
     settings = SessionSettings(instructions=None, voice=None, transcription=transcription,
                                turn_detection=TurnDetection())
-    return Translator("sess_0123456789", ResponseQueue(), ToolBridge(llm, lambda call: None), Recorder(), llm,
-                      lambda: settings, lambda: 32000)
+    return Translator("sess_0123456789", ResponseQueue(), ToolBridge(llm, llm.context, lambda call: None),
+                      Recorder(), llm.context, lambda: settings, lambda: 32000)
 
 
 def run(t, *messages):
@@ -103,12 +103,12 @@ def test_truncation_keeps_the_words_whose_audio_was_heard_in_the_llm_history(sch
                  ReplySound(sound(1.0), 0), ReplySound(sound(1.2), 1), ReplySound(sound(0.8), 1))
     item_id = events[0]["item_id"]
     run(t, UserStarted(1))  # the user speaks over it: cancelled, what was sent stays for now
-    assert t.llm.history()[-1]["content"] == "Once upon a time. There was a small brown dog."
+    assert t.chat.history()[-1]["content"] == "Once upon a time. There was a small brown dog."
     cut = run(t, ItemAsked(ItemRequest("truncate", item_id, "evt_1", audio_end_ms=1500)))
     assert [e["type"] for e in cut] == ["conversation.item.truncated"]
     schema.validate_python(cut[0])
     # 1.0 s of the first piece, then 0.5 s of the second's 2.0 s: a quarter of its six words
-    assert t.llm.history()[-1] == {"role": "assistant", "content": "Once upon a time. There was"}
+    assert t.chat.history()[-1] == {"role": "assistant", "content": "Once upon a time. There was"}
     retrieved = run(t, ItemAsked(ItemRequest("retrieve", item_id, None)))[0]
     assert retrieved["item"]["content"][0]["transcript"] == "Once upon a time. There was"
     too_far = run(t, ItemAsked(ItemRequest("truncate", item_id, "evt_2", audio_end_ms=9000)))[0]
@@ -118,22 +118,22 @@ def test_truncation_keeps_the_words_whose_audio_was_heard_in_the_llm_history(sch
 def test_a_truncation_before_the_cancelled_reply_is_remembered_still_stands():
     llm = EchoLM()
     llm.history_turns = 2
-    llm.edit(0, "assistant", "Once")  # the client's truncate came first
-    llm.remember(0, "Tell me a story.", "Once upon a time.")  # then the LLM's thread let go of the turn
-    assert llm.history() == [{"role": "user", "content": "Tell me a story."}, {"role": "assistant", "content": "Once"}]
+    llm.context.edit(0, "assistant", "Once")  # the client's truncate came first
+    llm.context.remember(0, "Tell me a story.", "Once upon a time.")  # then the LLM's thread let go of the turn
+    assert llm.context.history() == [{"role": "user", "content": "Tell me a story."}, {"role": "assistant", "content": "Once"}]
 
 
 def test_deleting_items_removes_their_messages_from_the_llm_history():
     t = translator()
     run(t, UserStarted(0), UserStopped(0, 1.0), UserHeard(0, "Hello."))
     reply = run(t, ReplyWords(0, "Hi there.", 0), ReplyOver(0))
-    assert t.llm.history() == []  # the echo LLM's thread never ran: remember what it would have
-    t.llm.remember(0, "Hello.", "Hi there.")
+    assert t.chat.history() == []  # the echo LLM's thread never ran: remember what it would have
+    t.chat.remember(0, "Hello.", "Hi there.")
     events = run(t, ItemAsked(ItemRequest("delete", reply[0]["item_id"], None)))
     assert [e["type"] for e in events] == ["conversation.item.deleted"]
-    assert t.llm.history() == [{"role": "user", "content": "Hello."}]
+    assert t.chat.history() == [{"role": "user", "content": "Hello."}]
     run(t, ItemAsked(ItemRequest("delete", "item_23456789_0", None)))
-    assert t.llm.history() == []
+    assert t.chat.history() == []
     assert run(t, ItemAsked(ItemRequest("delete", "item_23456789_0", None)))[0]["type"] == "error"
 
 
@@ -141,9 +141,9 @@ def test_typed_items_become_the_turn_that_answered_them():
     t = translator()
     first, second = user_text_item("Hello."), user_text_item("How are you?")
     run(t, ItemAdded(first), ItemAdded(second), ItemsAnswered(3, (first["id"], second["id"])))
-    t.llm.remember(3, "Hello.\nHow are you?", "Fine.")
+    t.chat.remember(3, "Hello.\nHow are you?", "Fine.")
     run(t, ItemAsked(ItemRequest("delete", first["id"], None)))
-    assert t.llm.history()[0] == {"role": "user", "content": "How are you?"}
+    assert t.chat.history()[0] == {"role": "user", "content": "How are you?"}
 
 
 def test_an_out_of_band_response_stays_out_of_the_conversation():
@@ -189,12 +189,12 @@ def test_a_turn_plan_holds_for_that_turn_only():
     llm = EchoLM()
     llm.history_turns = 2
     llm.system_prompt = "Be kind."
-    llm.plan_turn(1, instructions="Answer in French.", remember=False)
+    llm.context.plan_turn(1, instructions="Answer in French.", remember=False)
     assert llm.chat_messages("Hi", KEEP)[0] == {"role": "system", "content": "Be kind."}
     said = [m.text for m in llm.process(Transcript("Bonjour", 1)) if hasattr(m, "text")]
-    assert said == ["Bonjour"] and llm.history() == []  # out of band: not remembered
+    assert said == ["Bonjour"] and llm.context.history() == []  # out of band: not remembered
     list(llm.process(Transcript("Hello", 2)))
-    assert llm.history() == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hello"}]
+    assert llm.context.history() == [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hello"}]
 
 
 def test_cancelling_an_out_of_band_reply_leaves_the_history_alone():
@@ -202,7 +202,7 @@ def test_cancelling_an_out_of_band_reply_leaves_the_history_alone():
     t.typed_turns.add(0)
     t.requests[0] = ResponseRequest(out_of_band=True)
     run(t, UserHeard(0, "Summarize."), ReplyWords(0, "Short.", 0), CancelReply(0, "client_cancelled"))
-    assert t.llm.history() == []
+    assert t.chat.history() == []
 
 
 class StubVAD:

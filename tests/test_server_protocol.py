@@ -371,7 +371,7 @@ def test_a_cancelled_reply_keeps_what_was_said_in_the_llm_history():
     finished = EchoLM()
     finished.history_turns = 2
     list(finished.process(Transcript(asked, 0)))  # the LLM was done; only the TTS and sink were behind
-    finished.remember(0, asked, "Tell me a story. It has a dog.")  # what the session's client heard
+    finished.context.remember(0, asked, "Tell me a story. It has a dog.")  # what the session's client heard
     said = {"role": "assistant", "content": "Tell me a story. It has a dog."}
     assert finished.chat_messages("And then?") == [{"role": "user", "content": asked}, said,
                                                    {"role": "user", "content": "And then?"}]

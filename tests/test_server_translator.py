@@ -40,8 +40,9 @@ def translator(interrupt=True):
     settings = SessionSettings(instructions=None, voice="jf_alpha",
                                turn_detection=TurnDetection(interrupt_response=interrupt))
     calls = []
-    tools = ToolBridge(llm, calls.append)
-    return Translator("sess_0123456789", ResponseQueue(), tools, Recorder(), llm, lambda: settings, lambda: 32000)
+    tools = ToolBridge(llm, llm.context, calls.append)
+    return Translator("sess_0123456789", ResponseQueue(), tools, Recorder(), llm.context, lambda: settings,
+                      lambda: 32000)
 
 
 # the items' own events (what the Agents SDKs keep their history and run their tools from): the tests below
@@ -98,7 +99,7 @@ def test_speech_over_a_reply_cancels_it_when_it_may_interrupt():
     assert events[-1]["response"]["output"][0]["status"] == "incomplete"
     assert run(t, ReplyWords(0, "There was a dog.")) == []  # nothing more of it reaches the client
     # what the client heard stays in the LLM's history
-    assert {"role": "assistant", "content": "Once upon a time."} in t.llm.chat_messages("And then?")
+    assert {"role": "assistant", "content": "Once upon a time."} in t.tools.llm.chat_messages("And then?")
     quiet = translator(interrupt=False)
     run(quiet, UserHeard(0, "Tell me a story."))
     assert types(run(quiet, UserStarted(1))) == ["input_audio_buffer.speech_started"]

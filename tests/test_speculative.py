@@ -33,7 +33,7 @@ def test_a_turn_that_resumes_gets_one_reply_from_the_whole_turn_and_nothing_from
     vad, llm, sink, lines, metrics = run(["speak", "spec", "speak", "discard", "spec", "speak", "confirm"], tmp_path)
     assert {m.turn for _, m in sink.received} == {1}  # no audio of attempt 0 ever reached the sink
     assert [line["turn"] for line in lines] == [1] and lines[0]["user"] == "turn 1"
-    assert [m["content"] for m in llm._history] == ["turn 1", "turn 1"]  # the history holds the kept turn only
+    assert [m["content"] for m in llm.context.history()] == ["turn 1", "turn 1"]  # the history holds the kept turn only
     assert [turn["turn"] for turn in metrics["turns"]] == [1]
 
 

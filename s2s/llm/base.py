@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from s2s.chat_context import KEEP, ChatContext
 from s2s.languages import language_name
 from s2s.llm.calibration import Capped, Confidence
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
@@ -22,7 +22,6 @@ FIRST_CHUNK_WORDS = 4
 FIRST_CHUNK_MIN_WORDS = 3  # ... but a clause shorter than this does not end it ("Yes," alone sounds clipped)
 # conf/llm/_chat_base.yaml states both for every option; a test keeps it equal to these
 MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
-KEEP: Any = object()  # a turn option not given (plan_turn): the stage's own setting holds
 
 
 class ReplyFailed(RuntimeError):
@@ -55,7 +54,7 @@ class LLMStage(Stage):
                    first_chunk_words: int = FIRST_CHUNK_WORDS,
                    first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS, history_tokens: int | None = None,
                    language: str | None = "en", follow_user_language: bool = True) -> None:
-        self.system_prompt = system_prompt
+        self.system_prompt = system_prompt  # the configured instructions, unless the context or turn has its own
         self.language = language  # what replies are in unless the user speaks another language (None: unknown)
         self.follow_user_language = follow_user_language
         self.history_turns = history_turns
@@ -63,16 +62,17 @@ class LLMStage(Stage):
         self.tools = tools
         self.first_chunk_words = first_chunk_words  # the reply's first TTS chunk: a clause or this many words
         self.first_chunk_min_words = first_chunk_min_words  # ... but never fewer ("Yes," alone sounds clipped)
-        self._toolbox: Toolbox | None = None
-        self._history: list[dict[str, Any]] = []
-        self._history_turns: list[int] = []  # the turn each history message belongs to
-        self._history_lock = threading.Lock()  # a server edits it from its own thread (a cancelled reply)
-        self._plans: dict[int, tuple[Any, Any, bool]] = {}  # turn -> (instructions, toolbox, remember)
-        self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
+        self._own_tools: Toolbox | None = None  # llm.tools, loaded in setup
+        self._toolbox: Toolbox | None = None  # the tools of the turn being answered (backends offer these)
+        self.context = self.new_context()  # the conversation it is lent: a local run's own until one is lent
+
+    def new_context(self, log_content: bool = True) -> ChatContext:
+        """A fresh conversation with this stage's configured system prompt and history budget."""
+        return ChatContext(log_content=log_content)
 
     def _load_tools(self) -> None:
         """Import the ``llm.tools`` module (trusted user code); called from ``setup``."""
-        self._toolbox = Toolbox(self.tools) if self.tools else None
+        self._own_tools = self._toolbox = Toolbox(self.tools) if self.tools else None
 
     def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict[str, Any]]:
         """The assistant's calls and their results as chat messages (OpenAI chat-completions form)."""
@@ -82,80 +82,20 @@ class LLMStage(Stage):
                                 for call in calls]},
                 *({"role": "tool", "tool_call_id": result.call.id, "content": result.output} for result in results)]
 
-    def use_tools(self, toolbox: Toolbox | None) -> None:
-        """Replace the tools the model may call (a realtime session declares its own); None: no tools."""
-        self._toolbox = toolbox
-
     def reset(self) -> None:
-        with self._history_lock:
-            self._history, self._history_turns, self._plans, self._edits = [], [], {}, {}
-
-    def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True) -> None:
-        """Options for ``turn`` alone: its own instructions (None: no system prompt), its own tools (None: none),
-        and whether the exchange stays in the history (a realtime client's out-of-band response does not)."""
-        with self._history_lock:
-            self._plans[turn] = (instructions, toolbox, remember)
-
-    def edit(self, turn: int, role: str, content: str | None) -> None:
-        """The client changed its copy of the conversation: ``role``'s message of ``turn`` now says ``content``.
-
-        None deletes it. The edit also holds when the turn is remembered later (a reply still being cut short
-        in the LLM's thread), so what the client was left with is what the model sees next.
-        """
-        with self._history_lock:
-            self._edits[(turn, role)] = content
-            self._apply_edits(turn)
-
-    def remember(self, turn: int, user_text: str, reply: str) -> None:
-        """Put one exchange into the history, replacing what ``turn`` had there (e.g. a reply cut short)."""
-        with self._history_lock:
-            self._forget(turn)
-            self._history += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
-            self._history_turns += [turn, turn]
-            self._apply_edits(turn)
-
-    def _apply_edits(self, turn: int) -> None:
-        kept_messages, kept_turns = [], []
-        for message, owner in zip(self._history, self._history_turns):
-            content = self._edits.get((owner, message["role"]), message["content"]) if owner == turn else \
-                message["content"]
-            if content is not None:
-                kept_messages.append({**message, "content": content})
-                kept_turns.append(owner)
-        self._history, self._history_turns = kept_messages, kept_turns
-
-    def history(self, turns: int | None = None) -> list[dict[str, Any]]:
-        """The last ``turns`` exchanges kept, oldest first (None: the ``history_turns`` the model sees again)."""
-        with self._history_lock:
-            kept = self._window() if turns is None else self._history[-2 * turns:] if turns > 0 else []
-            return [dict(message) for message in kept]
-
-    def _window(self) -> list[dict[str, Any]]:
-        """The newest exchanges that fit both ``history_turns`` and ``history_tokens`` (oldest dropped first, a
-        whole exchange at a time); called with the history lock held."""
-        history, owners = self._history, self._history_turns
-        recent = list(dict.fromkeys(owners))[-self.history_turns:] if self.history_turns > 0 else []  # oldest first
-        if self.history_tokens is not None:  # the newest exchanges that fit; the first that does not ends it
-            budget, fits = self.history_tokens, []
-            for turn in reversed(recent):
-                budget -= sum(self.count_tokens(str(message["content"] or ""))
-                              for message, owner in zip(history, owners) if owner == turn)
-                if budget < 0:
-                    break
-                fits.append(turn)
-            recent = fits
-        kept = set(recent)
-        return [message for message, owner in zip(history, owners) if owner in kept]
+        """A new conversation (the local run's reset; a pool's pipeline forgets the session it was lent to)."""
+        self.context = self.new_context()
 
     def discard(self, turn: int) -> None:
         """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
-        with self._history_lock:
-            self._forget(turn)
+        self.context.discard(turn)
 
-    def _forget(self, turn: int) -> None:
-        kept = [index for index, owner in enumerate(self._history_turns) if owner != turn]
-        self._history = [self._history[index] for index in kept]
-        self._history_turns = [self._history_turns[index] for index in kept]
+    def toolbox(self, planned: Any = KEEP) -> Toolbox | None:
+        """The tools of a turn: its plan's, else the context's (a realtime session's), else ``llm.tools``."""
+        for choice in (planned, self.context.tools):
+            if choice is not KEEP:
+                return choice
+        return self._own_tools
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         raise NotImplementedError
@@ -174,12 +114,13 @@ class LLMStage(Stage):
 
     def chat_messages(self, user_text: str, instructions: Any = KEEP,
                       user_language: str | None = None) -> list[dict[str, Any]]:
-        """The prompt: the system prompt (always; ``instructions`` replaces it for one turn), the exchanges
-        :meth:`_window` keeps, then ``user_text``. ``user_language`` is the transcript's language code: when it
-        is another than ``language``, the system prompt ends by asking for a reply in it."""
-        with self._history_lock:
-            window = self._window()
-        prompt = self.system_prompt if instructions is KEEP else instructions
+        """The prompt: the context's system prompt (always; ``instructions`` replaces it for one turn), the
+        exchanges its window keeps, then ``user_text``. ``user_language`` is the transcript's language code: when
+        it is another than ``language``, the system prompt ends by asking for a reply in it."""
+        context = self.context
+        window = context.window(self.history_turns, self.history_tokens, self.count_tokens)
+        prompt = next(choice for choice in (instructions, context.system_prompt, self.system_prompt)
+                      if choice is not KEEP)
         if note := self.language_note(user_language):
             prompt = f"{prompt}\n{note}" if prompt else note
         system = [{"role": "system", "content": prompt}] if prompt else []
@@ -201,28 +142,25 @@ class LLMStage(Stage):
                                     first_chunk_min_words=self.first_chunk_min_words, stop_on_repeat=True)
         finished = False
         spoken: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
-        with self._history_lock:
-            instructions, toolbox, keep = self._plans.pop(message.turn, (KEEP, KEEP, True))
+        context = self.context  # the conversation this turn belongs to, even if another is lent meanwhile
+        instructions, planned_tools, keep = context.take_plan(message.turn)
         messages = self.chat_messages(message.text, instructions, message.language)
         if message.speculative and TurnVerdict in self.wanted:  # the VAD asks: do these words end the turn?
             probability = self.end_of_turn_probability(messages)
             if probability is not None:
                 yield TurnVerdict(message.turn, probability)
-        own_toolbox = self._toolbox
-        if toolbox is not KEEP:
-            self._toolbox = toolbox
         try:
-            yield from self._reply(message, messages, splitter, spoken, start)
+            self._toolbox = self.toolbox(planned_tools)
+            yield from self._reply(message, messages, splitter, spoken, start, context.log_content)
             finished = True
         finally:  # also when the runner closes the generator (barge-in, cancel, stop)
-            if toolbox is not KEEP and self._toolbox is toolbox:  # unless use_tools changed them meanwhile
-                self._toolbox = own_toolbox
             if keep:
-                self.remember(message.turn, message.text, splitter.text.strip() if finished else " ".join(spoken))
+                context.remember(message.turn, message.text,
+                                 splitter.text.strip() if finished else " ".join(spoken))
         yield TurnEnd(message.turn)
 
     def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
-               spoken: list[str], start: float) -> Iterator[Message]:
+               spoken: list[str], start: float, log_content: bool) -> Iterator[Message]:
         """Stream one reply, running the tools it calls, and yield its sentences as they end.
 
         Each round streams ``messages`` through ``stream``: text pieces go through ``splitter`` and leave as
@@ -238,6 +176,7 @@ class LLMStage(Stage):
             splitter: cuts the reply into TTS chunks; it keeps the whole reply's text for the history.
             spoken: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
             start: ``perf_counter`` when the turn began, for the first-token metric.
+            log_content: tool calls' arguments and results may be logged (the context's choice).
         """
         first, failed, capped = True, False, False
         for round_ in range(MAX_TOOL_ROUNDS + 1):
@@ -279,7 +218,7 @@ class LLMStage(Stage):
             if round_ == MAX_TOOL_ROUNDS:
                 log.warning("turn %d: still calling tools after %d rounds; stopping", message.turn, round_)
                 break
-            results = [self._toolbox.run(call) for call in calls]
+            results = [self._toolbox.run(call, log_content) for call in calls]
             for result in results:
                 yield Metric(message.turn, "tool_call", result.seconds,
                              {"event": "tool_call", "tool": result.call.name, "arguments": result.call.arguments,

@@ -64,8 +64,11 @@ class Toolbox:
         """The Responses API's flat form: ``{"type": "function", "name": ..., "parameters": ...}``."""
         return [{"type": "function", **tool["function"]} for tool in self.definitions]
 
-    def run(self, call: ToolCall) -> ToolResult:
-        """Run one call; an unknown tool or an exception becomes an error result the model can read."""
+    def run(self, call: ToolCall, log_content: bool = True) -> ToolResult:
+        """Run one call; an unknown tool or an exception becomes an error result the model can read.
+
+        ``log_content`` False (a server session whose operator does not log transcripts) logs only the tool's
+        name and time, not its arguments or result."""
         start = time.perf_counter()
         if call.name not in self.names:
             output, error = f"error: unknown tool {call.name!r} (known: {', '.join(self.names)})", True
@@ -79,7 +82,10 @@ class Toolbox:
             except Exception as exc:  # the model hears about it and can answer anyway
                 output, error = f"error: {type(exc).__name__}: {exc}", True
         seconds = time.perf_counter() - start
-        log.info("tool call %s(%s) -> %s", call.name, json.dumps(call.arguments, ensure_ascii=False), output)
+        if log_content:
+            log.info("tool call %s(%s) -> %s", call.name, json.dumps(call.arguments, ensure_ascii=False), output)
+        else:
+            log.info("tool call %s (%.2f s%s)", call.name, seconds, ", failed" if error else "")
         return ToolResult(call, output, error, seconds)
 
     def system_prompt(self, system_prompt: str | None) -> str:

@@ -4,7 +4,7 @@ A client keeps its own copy of the conversation and edits it: the Agents SDKs ``
 an item after its transcript is done, ``conversation.item.truncate`` the assistant's item after an
 interruption (the user heard only part of it), and ``conversation.item.delete`` items when they reset their
 history. :class:`Conversation` answers those from the items the server announced, and carries each edit
-over to the LLM's history (:meth:`LLMStage.edit <s2s.llm.base.LLMStage.edit>`), so that what the model sees
+over to the session's :class:`~s2s.chat_context.ChatContext`, the history the LLM reads, so that what the model sees
 next is what the client kept. A truncated reply keeps the words whose audio the user heard: each piece of
 text has the duration of the audio made of it, and the piece the cut falls in keeps its share of words.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from s2s.llm.base import LLMStage
+from s2s.chat_context import ChatContext
 from s2s.server.protocol import ItemRequest, ProtocolError, error_event, event
 from s2s.server.responses import Response
 
@@ -35,11 +35,11 @@ class Conversation:
     """The session's items, oldest first.
 
     Args:
-        llm: the session's LLM stage (edits reach its history when it keeps one).
+        chat: the session's conversation (edits reach the history the LLM reads).
     """
 
-    def __init__(self, llm: Any) -> None:
-        self.llm = llm
+    def __init__(self, chat: ChatContext) -> None:
+        self.chat = chat
         self._entries: dict[str, Entry] = {}
 
     def add(self, item: dict[str, Any], turn: int | None = None, role: str | None = None,
@@ -76,8 +76,8 @@ class Conversation:
         return " ".join(text for text in texts if text) or None
 
     def _edit(self, turn: int | None, role: str | None, content: str | None) -> None:
-        if turn is not None and role is not None and isinstance(self.llm, LLMStage):
-            self.llm.edit(turn, role, content)
+        if turn is not None and role is not None:
+            self.chat.edit(turn, role, content)
 
     # ------------------------------------------------------------------ the client's requests
     def answer(self, request: ItemRequest) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from s2s.chat_context import ChatContext
 from s2s.config import StageSpec, validation_context
 from s2s.config import override_errors as stage_override_errors
 from s2s.config_errors import ConfigError, ValidationContext
@@ -59,6 +60,18 @@ class Pipeline:
     def llm(self) -> Stage:
         return dict(self.stages)["llm"]
 
+    def lend(self, log_content: bool) -> ChatContext:
+        """A new conversation for the session that borrows this pipeline, lent to its LLM stage.
+
+        ``log_content``: whether the words may reach the log (``server.log_transcripts``). :meth:`release`
+        takes it back (the stage's ``reset`` starts another), so nothing of it reaches the next session.
+        """
+        llm = self.llm
+        if not isinstance(llm, LLMStage):  # an LLM without a conversation: the session's edits go nowhere
+            return ChatContext(log_content=log_content)
+        llm.context = llm.new_context(log_content)
+        return llm.context
+
     def change_in_place(self, group: str, changes: dict[str, Any], context: ValidationContext) -> bool:
         """Apply a session's TTS ``changes`` to the pooled stage, model kept (False: it cannot; nothing changed).
 
@@ -68,10 +81,7 @@ class Pipeline:
         return isinstance(stage, TTSStage) and stage.apply_settings(changes, context)
 
     def release(self) -> None:
-        """Forget the session: history, buffers, instructions, TTS settings changed in place."""
-        llm = self.llm
-        if isinstance(llm, LLMStage):
-            llm.system_prompt = self.defaults.get("system_prompt")
+        """Forget the session: its conversation, buffers, TTS settings changed in place."""
         configured = self.defaults.get("tts_settings", {})
         for name, stage in self.stages:
             try:

@@ -21,7 +21,8 @@ import numpy as np
 from s2s import audio
 from s2s.config import StageSpec, validation_context
 from s2s.graph import Graph
-from s2s.llm.base import KEEP, LLMStage
+from s2s.chat_context import KEEP
+from s2s.llm.base import LLMStage
 from s2s.messages import SpeechSegment, Transcript
 from s2s.metrics import Recorder
 from s2s.server import protocol
@@ -81,9 +82,10 @@ class Session:
                                         speed=self.rules.configured("speed"))
         self.overflow = asyncio.Event()  # the client reads too slowly: the server drops the session
         self.outbox = Outbox(self.loop, limits.max_queued_events, self.overflow.set)
-        self.tools = ToolBridge(pipeline.llm, self.outbox.put)
+        self.chat = pipeline.lend(log_content=limits.log_transcripts)  # this session's conversation
+        self.tools = ToolBridge(pipeline.llm, self.chat, self.outbox.put)
         self.responses = ResponseQueue()
-        self.translator = Translator(session_id, self.responses, self.tools, self.recorder, pipeline.llm,
+        self.translator = Translator(session_id, self.responses, self.tools, self.recorder, self.chat,
                                      lambda: self.settings, lambda: self._input_samples)
         self.turns = TurnCounter()
         self.graph: Graph | None = None
@@ -157,7 +159,7 @@ class Session:
             vad = await self.loop.run_in_executor(None, self._build_vad, new.vad_overrides)
         old, self.settings = self.settings, new
         if update.instructions is not None:
-            self.pipeline.llm.system_prompt = new.instructions  # type: ignore[attr-defined]  # read at next turn
+            self.chat.system_prompt = new.instructions  # read at the next turn
         if new.input_rate != old.input_rate:
             self._resampler = None
         if old.turn_detection.manual and not new.turn_detection.manual:
@@ -264,7 +266,7 @@ class Session:
         self.translator.typed_turns.add(turn)
         self.translator.requests[turn] = request
         if plan is not None:
-            self.pipeline.llm.plan_turn(turn, **plan)  # type: ignore[attr-defined]
+            self.chat.plan_turn(turn, **plan)
         assert self.graph is not None
         self.graph.inject("llm", Transcript(text, turn))
 
@@ -381,10 +383,10 @@ class Session:
         The words (turns' text, the LLM's history) only with ``server.log_transcripts``.
         """
         turns = self.recorder.records()
-        shows_history = self.limits.log_transcripts and isinstance(self.pipeline.llm, LLMStage)
+        shows_history = self.limits.log_transcripts and isinstance(self.pipeline.llm, LLMStage)  # it keeps one
         return {"id": self.id, "status": self.status, "started_at": round(self.started_at, 3),
                 "pipeline": self.pipeline.index, "tts": "own" if self._own_tts is not None else "pooled",
                 "responses_completed": self.responses_completed,
                 "responses_cancelled": self.responses_cancelled, "summary": self.recorder.summary(),
                 "turns": turns, "metrics_path": str(self.recorder.metrics_path),
-                "history": self.pipeline.llm.history(HISTORY_SHOWN) if shows_history else None}
+                "history": self.chat.history(HISTORY_SHOWN) if shows_history else None}

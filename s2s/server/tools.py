@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from s2s.chat_context import ChatContext
 from s2s.llm.base import LLMStage
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
 from s2s.server.outbox import ToolCalled
@@ -85,10 +86,10 @@ class ClientToolbox(Toolbox):
         self._announce, self._wait_s = announce, wait_s
         self.waits = waits or Waits()
 
-    def run(self, call: ToolCall) -> ToolResult:
+    def run(self, call: ToolCall, log_content: bool = True) -> ToolResult:
         start = time.perf_counter()
         if call.name not in self.names or call.raw_arguments:
-            return super().run(call)  # the model hears the error and can answer anyway
+            return super().run(call, log_content)  # the model hears the error and can answer anyway
         call_id, done, slot = self.waits.open()
         self._announce(call_id, call)
         answered = done.wait(self._wait_s)
@@ -128,15 +129,16 @@ class Call:
 
 
 class ToolBridge:
-    """The session's client tools: the toolbox in its LLM, and the calls made so far.
+    """The session's client tools: the toolbox in its conversation, and the calls made so far.
 
     Args:
-        llm: the session's pooled LLM stage.
+        llm: the session's pooled LLM stage (asked whether it can take client tools).
+        chat: the session's conversation, which holds the tools offered to the model.
         announce: called (in the LLM's thread) with each call the model makes, to tell the client.
     """
 
-    def __init__(self, llm: Any, announce: Callable[[ToolCalled], None]) -> None:
-        self.llm, self._announce = llm, announce
+    def __init__(self, llm: Any, chat: ChatContext, announce: Callable[[ToolCalled], None]) -> None:
+        self.llm, self.chat, self._announce = llm, chat, announce
         self._toolbox: ClientToolbox | None = None
         self._waits = Waits()
         self._calls: dict[str, Call] = {}
@@ -159,7 +161,7 @@ class ToolBridge:
         toolbox = self.toolbox(tools, tool_choice)
         if toolbox is not None or self._toolbox is not None:
             self._toolbox = toolbox
-            self.llm.use_tools(toolbox)
+            self.chat.tools = toolbox
 
     def _called(self, call_id: str, call: ToolCall) -> None:
         self._announce(ToolCalled(call_id, call.name, json.dumps(call.arguments, ensure_ascii=False)))
@@ -184,8 +186,8 @@ class ToolBridge:
         self._waits.release()
 
     def close(self) -> None:
-        """The session ends: wake waiting calls and take the tools away from the pooled LLM."""
+        """The session ends: wake waiting calls and take the tools away (its conversation is not lent again)."""
         self._waits.release()
         if self._toolbox is not None:
             self._toolbox = None
-            self.llm.use_tools(None)
+            self.chat.tools = None

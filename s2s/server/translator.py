@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from s2s import audio
-from s2s.llm.base import LLMStage
+from s2s.chat_context import ChatContext
 from s2s.metrics import Recorder
 from s2s.server import protocol
 from s2s.server.conversation import Conversation
@@ -49,17 +49,18 @@ class Translator:
         responses: the session's responses (the handlers read it too: is one active?).
         tools: the session's client tools (calls are recorded, outputs delivered, waits released).
         recorder: the session's metrics (a spoken turn's duration).
-        llm: the session's LLM (a cancelled reply keeps what was said in its history).
+        chat: the session's conversation (a cancelled reply keeps what was said in its history).
         settings: the session's current settings (output rate, whether speech interrupts a reply).
         input_samples: samples fed to the graph so far, at :data:`PIPELINE_RATE` (the input clock).
     """
 
     def __init__(self, session_id: str, responses: ResponseQueue, tools: ToolBridge, recorder: Recorder,
-                 llm: Any, settings: Callable[[], SessionSettings], input_samples: Callable[[], int]) -> None:
-        self.session_id, self.responses, self.tools, self.recorder, self.llm = (session_id, responses, tools,
-                                                                               recorder, llm)
+                 chat: ChatContext, settings: Callable[[], SessionSettings],
+                 input_samples: Callable[[], int]) -> None:
+        self.session_id, self.responses, self.tools, self.recorder, self.chat = (session_id, responses, tools,
+                                                                                recorder, chat)
         self.settings, self.input_samples = settings, input_samples
-        self.conversation = Conversation(llm)
+        self.conversation = Conversation(chat)
         self.typed_turns: set[int] = set()  # turns typed by the client: no transcription event for them
         self.requests: dict[int, ResponseRequest] = {}  # what a client's response.create asked for its turn
         self._committed: set[int] = set()  # manual turns: announced at the client's commit
@@ -261,10 +262,9 @@ class Translator:
         transcript = " ".join(response.transcript)
         message = protocol.assistant_item(response.item_id, transcript, response.state is State.COMPLETED)
         output = [message, *response.calls]
-        if response.state is State.CANCELLED and response.user_text is not None and not response.out_of_band \
-                and isinstance(self.llm, LLMStage):
+        if response.state is State.CANCELLED and response.user_text is not None and not response.out_of_band:
             # what reached the client stays in the history, the rest of the reply does not
-            self.llm.remember(response.turn, response.user_text, transcript)
+            self.chat.remember(response.turn, response.user_text, transcript)
         log.info("session %s: response %s %s (%.2f s of audio)%s", self.session_id, response.id[-6:], status,
                  response.audio_s, f", {response.reason}" if response.reason else "")
         shown = protocol.response_object(response.id, status, output, response.reason, response.metadata,

@@ -1,0 +1,110 @@
+"""One conversation: the system prompt, the history by turn, the client's edits, each turn's plan and the tools.
+
+The conversation belongs to whoever talks: a local run has one, and each realtime session owns its own. The
+LLM stage is lent one (``LLMStage.context``) and reads and writes only that, so a pooled pipeline carries
+nothing of a session over to the next one: the session's context goes with the session (LiveKit's
+``ChatContext`` is the model for this).
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+KEEP: Any = object()  # an option not given: the owner's own setting holds (the stage's tools, the system prompt)
+
+
+class ChatContext:
+    """The history (exchanges by turn, edits kept) and what the next turns are asked to do.
+
+    Thread-safe: a server edits it from its own thread while the LLM's thread reads it.
+
+    Args:
+        system_prompt: the instructions every turn starts with (None: none; KEEP: the LLM stage's configured
+            ``system_prompt``, until a client gives its own).
+        log_content: whether what was said (and tool arguments) may reach the log: a local run's user owns it;
+            a server's operator sees it only when ``server.log_transcripts`` is on.
+    """
+
+    def __init__(self, system_prompt: Any = KEEP, log_content: bool = True) -> None:
+        self.system_prompt = system_prompt
+        self.log_content = log_content
+        self.tools: Any = KEEP  # a Toolbox, None (no tools) or KEEP: the stage's own llm.tools
+        self._messages: list[dict[str, Any]] = []
+        self._owners: list[int] = []  # the turn each message belongs to
+        self._plans: dict[int, tuple[Any, Any, bool]] = {}  # turn -> (instructions, toolbox, remember)
+        self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
+        self._lock = threading.Lock()
+
+    def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True) -> None:
+        """Options for ``turn`` alone: its own instructions (None: no system prompt), its own tools (None: none),
+        and whether the exchange stays in the history (a realtime client's out-of-band response does not)."""
+        with self._lock:
+            self._plans[turn] = (instructions, toolbox, remember)
+
+    def take_plan(self, turn: int) -> tuple[Any, Any, bool]:
+        """``turn``'s plan, once: (instructions, toolbox, remember), KEEP where it gave none."""
+        with self._lock:
+            return self._plans.pop(turn, (KEEP, KEEP, True))
+
+    def edit(self, turn: int, role: str, content: str | None) -> None:
+        """The client changed its copy of the conversation: ``role``'s message of ``turn`` now says ``content``.
+
+        None deletes it. The edit also holds when the turn is remembered later (a reply still being cut short
+        in the LLM's thread), so what the client was left with is what the model sees next.
+        """
+        with self._lock:
+            self._edits[(turn, role)] = content
+            self._apply_edits(turn)
+
+    def remember(self, turn: int, user_text: str, reply: str) -> None:
+        """Put one exchange into the history, replacing what ``turn`` had there (e.g. a reply cut short)."""
+        with self._lock:
+            self._forget(turn)
+            self._messages += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply}]
+            self._owners += [turn, turn]
+            self._apply_edits(turn)
+
+    def discard(self, turn: int) -> None:
+        """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
+        with self._lock:
+            self._forget(turn)
+
+    def history(self, turns: int | None = None) -> list[dict[str, Any]]:
+        """The last ``turns`` exchanges kept (None: all of them), oldest first."""
+        with self._lock:
+            kept = self._messages if turns is None else self._messages[-2 * turns:] if turns > 0 else []
+            return [dict(message) for message in kept]
+
+    def window(self, turns: int, tokens: int | None, count_tokens: Callable[[str], int]) -> list[dict[str, Any]]:
+        """What a model sees again: the newest exchanges that fit both ``turns`` and ``tokens`` (None: no token
+        budget; ``count_tokens`` measures), oldest first; the oldest go first, a whole exchange at a time."""
+        with self._lock:
+            messages, owners = self._messages, self._owners
+            recent = list(dict.fromkeys(owners))[-turns:] if turns > 0 else []
+            if tokens is not None:  # the newest exchanges that fit; the first that does not ends it
+                budget, fits = tokens, []
+                for turn in reversed(recent):
+                    budget -= sum(count_tokens(str(message["content"] or ""))
+                                  for message, owner in zip(messages, owners) if owner == turn)
+                    if budget < 0:
+                        break
+                    fits.append(turn)
+                recent = fits
+            kept = set(recent)
+            return [dict(message) for message, owner in zip(messages, owners) if owner in kept]
+
+    def _apply_edits(self, turn: int) -> None:
+        kept_messages, kept_owners = [], []
+        for message, owner in zip(self._messages, self._owners):
+            content = self._edits.get((owner, message["role"]), message["content"]) if owner == turn else \
+                message["content"]
+            if content is not None:
+                kept_messages.append({**message, "content": content})
+                kept_owners.append(owner)
+        self._messages, self._owners = kept_messages, kept_owners
+
+    def _forget(self, turn: int) -> None:
+        kept = [index for index, owner in enumerate(self._owners) if owner != turn]
+        self._messages = [self._messages[index] for index in kept]
+        self._owners = [self._owners[index] for index in kept]
