@@ -1,7 +1,7 @@
 """Which engine serves a ``server=realtime`` config: its checks, the dry run's description, then local or Ray.
 
 Every check runs before anything loads: the ``server`` keys (:mod:`s2s.server.settings`), the pipeline's shape
-(:func:`s2s.server.pipelines.check_shape`) and, with ``server.engine=ray``, ``RAY_ADDRESS`` and the replicas'
+(:func:`s2s.server.roles.shape_errors`) and, with ``server.engine=ray``, ``RAY_ADDRESS`` and the replicas'
 GPUs (:func:`s2s.server.ray_engine.config_errors`). ``dry_run=true`` prints where the server would listen, the
 deployment (replicas and pipelines each) and each session's graph.
 """
@@ -15,7 +15,7 @@ from s2s.config import StageSpec, describe_graph
 from s2s.config_errors import EXIT_CONFIG, ConfigError
 from s2s.server import ray_engine
 from s2s.server.handshake import PATH
-from s2s.server.pipelines import check_shape
+from s2s.server.roles import shape_errors
 from s2s.server.server import serve_local, session_specs
 from s2s.server.settings import ServerSettings, read_settings
 
@@ -23,7 +23,7 @@ from s2s.server.settings import ServerSettings, read_settings
 def checked(cfg: DictConfig, specs: list[StageSpec]) -> tuple[ServerSettings | None, list[ConfigError]]:
     """The server's settings, or None and every problem of its keys, its pipeline and (Ray) its cluster."""
     settings, errors = read_settings(cfg)
-    errors += check_shape(specs)
+    errors += shape_errors(specs)
     if settings is not None and settings.engine == "ray":
         errors += ray_engine.config_errors(settings, specs)
     return (None, errors) if errors else (settings, [])

@@ -20,27 +20,11 @@ from s2s.config import override_errors as stage_override_errors
 from s2s.config_errors import ConfigError, ValidationContext
 from s2s.graph import set_up
 from s2s.llm.base import LLMStage
-from s2s.messages import AudioChunk, ReplyAudio, Transcript
+from s2s.server.roles import find_roles
 from s2s.stage import Stage
 from s2s.tts.base import TTSStage
 
 log = logging.getLogger("s2s.server")
-
-
-def check_shape(specs: list[StageSpec]) -> list[ConfigError]:
-    """A session needs: source, a VAD that takes audio, ..., a stage taking transcripts named llm, ..., sink."""
-    groups = [spec.group for spec in specs]
-    shown = "[" + ", ".join(groups) + "]"
-    problems = []
-    if len(specs) < 4 or not any(issubclass(AudioChunk, kind) for kind in specs[1].cls.accepts):
-        problems.append(ConfigError("pipeline", shown, "source, a VAD (accepts AudioChunk), ..., sink for "
-                                                       "server=realtime"))
-    elif not any(issubclass(kind, ReplyAudio) for kind in specs[-2].cls.emits):
-        problems.append(ConfigError("pipeline", shown, "a stage before the sink that emits ReplyAudio (a TTS)"))
-    if "llm" not in groups[2:-1] or not any(issubclass(Transcript, k) for k in specs[groups.index("llm")].cls.accepts):
-        problems.append(ConfigError("pipeline", shown, "an 'llm' stage that accepts Transcript (typed turns "
-                                                       "are handed to it)"))
-    return problems
 
 
 def override_errors(cfg: Any, spec: StageSpec, overrides: dict[str, Any]) -> list[ConfigError]:
@@ -55,10 +39,11 @@ class Pipeline:
     index: int
     stages: list[tuple[str, Stage]]
     defaults: dict[str, Any] = field(default_factory=dict)  # per-session settings to restore on release
+    llm_group: str = "llm"  # the group of the stage that takes transcripts (Roles.llm)
 
     @property
     def llm(self) -> Stage:
-        return dict(self.stages)["llm"]
+        return dict(self.stages)[self.llm_group]
 
     def lend(self, log_content: bool) -> ChatContext:
         """A new conversation for the session that borrows this pipeline, lent to its LLM stage.
@@ -97,7 +82,8 @@ class Pool:
 
     def __init__(self, specs: list[StageSpec], size: int) -> None:
         self.specs = specs
-        self.pooled = specs[2:-1]  # source, VAD and sink belong to each session
+        self.roles = find_roles(specs)
+        self.pooled = self.roles.pooled  # source, VAD and sink belong to each session
         self.size = size
         self.pipelines: list[Pipeline] = []
         self._free: list[Pipeline] = []
@@ -111,11 +97,11 @@ class Pool:
                 stage = spec.build()
                 timings[f"{index}.{spec.group}"] = set_up(spec.group, stage, warm_up)
                 stages.append((spec.group, stage))
-            llm = dict(stages)["llm"]
+            llm = dict(stages)[self.roles.llm.group]
             defaults: dict[str, Any] = {"system_prompt": llm.system_prompt} if isinstance(llm, LLMStage) else {}
             defaults["tts_settings"] = {name: stage.settings() for name, stage in stages
                                         if isinstance(stage, TTSStage) and stage.runtime_keys}
-            pipeline = Pipeline(index, stages, defaults)
+            pipeline = Pipeline(index, stages, defaults, self.roles.llm.group)
             self.pipelines.append(pipeline)
             self._free.append(pipeline)
             log.info("pipeline %d/%d ready (%s)", index + 1, self.size,

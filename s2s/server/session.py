@@ -30,6 +30,7 @@ from s2s.server.client_log import ClientLog, quote
 from s2s.server.outbox import (CancelReply, Close, Committed, GraphEnded, GraphObserver, ItemAdded, ItemAsked,
                                ItemsAnswered, Outbox, ReplySound, Send, ToolOutputs, UserPartial)
 from s2s.server.pipelines import Pipeline
+from s2s.server.roles import find_roles
 from s2s.server.protocol import ClientEvent, ProtocolError, event
 from s2s.server.responses import ResponseQueue, State
 from s2s.server.session_settings import SessionSettings, StageRules
@@ -69,12 +70,12 @@ class Session:
         self.started_at = time.time()
         self.client_log = ClientLog(session_id, log)  # every line its client causes
         self.status = "active"
-        groups = {spec.group: spec for spec in specs}
-        self.vad_spec, self.tts_spec = specs[1], groups.get("tts", specs[-2])
-        stt = groups.get("stt", specs[2])
+        self.roles = roles = find_roles(specs)
+        self.vad_spec, self.tts_spec = roles.vad, roles.tts
+        stt = roles.stt or roles.pooled[0]  # a committed buffer goes to the first stage after the VAD
         self.stt_group = stt.group
         self.transcription = (str(stt.kwargs.get("model", stt.target)), stt.kwargs.get("language"))
-        self.recorder = Recorder(output_dir, last_stage=specs[-1].group, content=limits.log_transcripts,
+        self.recorder = Recorder(output_dir, last_stage=roles.sink.group, content=limits.log_transcripts,
                                  run_info={"session": session_id, "stages": {s.group: s.target for s in specs}})
         self.rules = StageRules(cfg, self.vad_spec, self.tts_spec, pipeline.llm, lambda: self.graph is not None)
         self.settings = SessionSettings(instructions=pipeline.defaults.get("system_prompt"),
@@ -215,7 +216,7 @@ class Session:
         self.outbox.put(Committed(turn))
         segment = SpeechSegment(samples, PIPELINE_RATE, turn, end_s - len(samples) / PIPELINE_RATE, end_s,
                                 speech_end_s=end_s, closed_s=end_s)
-        self.graph.inject(self.specs[2].group, segment)  # as if the VAD had ended the turn
+        self.graph.inject(self.stt_group, segment)  # as if the VAD had ended the turn
 
     async def _clear(self, client_event: ClientEvent) -> None:
         protocol.check_keys(client_event.body, {"type", "event_id"}, "", client_event.event_id)
@@ -268,7 +269,7 @@ class Session:
         if plan is not None:
             self.chat.plan_turn(turn, **plan)
         assert self.graph is not None
-        self.graph.inject("llm", Transcript(text, turn))
+        self.graph.inject(self.roles.llm.group, Transcript(text, turn))
 
     def _plan(self, request: protocol.ResponseRequest, eid: str | None) -> dict[str, Any] | None:
         """What this response changes for its turn alone: its instructions, its tools, staying out of the history."""
@@ -341,11 +342,11 @@ class Session:
             self._vad.enable_partials(stt, self.limits.partial_transcripts_s,
                                       lambda turn, text: self.outbox.put(UserPartial(turn, text)),
                                       lambda: self.settings.transcription)
-        observer = GraphObserver(self.recorder, self.outbox, self.vad_spec.group, self.specs[-1].group,
+        observer = GraphObserver(self.recorder, self.outbox, self.vad_spec.group, self.roles.sink.group,
                                  self.tts_spec.group)
         sink = SocketSink(lambda message: self.outbox.put(ReplySound(message, observer.chunk_of(message))))
-        chain = [(self.specs[0].group, self._source), (self.vad_spec.group, self._vad), *stages,
-                 (self.specs[-1].group, sink)]
+        chain = [(self.roles.source.group, self._source), (self.vad_spec.group, self._vad), *stages,
+                 (self.roles.sink.group, sink)]
         runner = self.cfg.runner
         self.graph = Graph(chain, observer, barge_in=self.settings.turn_detection.interrupt_response,
                            half_duplex=False, stop_timeout_s=float(runner.stop_timeout_s),
