@@ -57,26 +57,34 @@ def no_interrupts() -> Any:
     return _on_stop_signals(signal.SIG_IGN)
 
 
-def main(cfg: DictConfig) -> int:
-    """Run one job: validate, then serve (``server=...``), print the graph (``dry_run``) or run it once.
-
-    Args:
-        cfg: the composed config (``run.py`` and Hydra compose it; tests may compose their own).
-
-    Returns:
-        The exit code: 0 ok, 1 a stage failed, 2 (``EXIT_CONFIG``) a bad config, 130/143 interrupted. After an
-        interruption or a stage that would not stop, the process may end here without interpreter teardown.
-    """
+def checked(cfg: DictConfig) -> list[StageSpec] | None:
+    """The validated stages of ``cfg``, or None after printing every problem (one line each) and writing the
+    run folder's status."""
     specs, errors = tracing.validated(cfg)
     if errors:
         for error in errors:
             print(f"config error: {error}", file=sys.stderr)
         _write_status(cfg, "config_error", str(ConfigErrors(errors)))
-        return EXIT_CONFIG
-    if cfg.get("server"):  # server=realtime: one graph per client session instead of one run over source/sink
-        from s2s import server
+        return None
+    return specs
 
-        return _traced(cfg, lambda: server.main(cfg, specs))
+
+def main(cfg: DictConfig) -> int:
+    """One run over the configured source and sink: validate, then print the graph (``dry_run``) or run it.
+
+    Args:
+        cfg: the composed config (Hydra composes it for the entry, s2s/console.py; tests may compose their own).
+
+    Returns:
+        The exit code: 0 ok, 1 a stage failed, 2 (``EXIT_CONFIG``) a bad config, 130/143 interrupted. After an
+        interruption or a stage that would not stop, the process may end here without interpreter teardown.
+    """
+    specs = checked(cfg)
+    return EXIT_CONFIG if specs is None else run_once(cfg, specs)
+
+
+def run_once(cfg: DictConfig, specs: list[StageSpec]) -> int:
+    """:func:`main` after validation."""
     if cfg.dry_run:
         print(describe_graph(cfg, specs))
         return 0
@@ -84,10 +92,10 @@ def main(cfg: DictConfig) -> int:
         print(f"config error: output_dir={cfg.output_dir}: invalid; expected a folder no other run has written "
               f"(it holds an earlier run's metrics.json)", file=sys.stderr)
         return EXIT_CONFIG
-    return _traced(cfg, lambda: _run(cfg, specs))
+    return traced(cfg, lambda: _run(cfg, specs))
 
 
-def _traced(cfg: DictConfig, job: Callable[[], int]) -> int:
+def traced(cfg: DictConfig, job: Callable[[], int]) -> int:
     """``job``'s exit code, with the process's tracing set up first (not for a dry run) and shut down after."""
     if not cfg.dry_run:
         try:
