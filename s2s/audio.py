@@ -39,8 +39,36 @@ def to_mono(samples: np.ndarray) -> np.ndarray:
     return samples.mean(axis=channel_axis).astype(samples.dtype, copy=False)
 
 
+class StreamResampler:
+    """Resamples one continuous stream that arrives in blocks, with no clicks at the block edges.
+
+    Resampling each block on its own restarts the filter at every edge (an audible click per block): soxr's
+    stream keeps the filter state across blocks and holds back a few milliseconds, which :meth:`flush` gives
+    at the end of the stream.
+    """
+
+    def __init__(self, rate_in: int, rate_out: int) -> None:
+        self.rate_in, self.rate_out = rate_in, rate_out
+        self._stream: Any = None
+        if rate_in != rate_out:
+            import soxr
+
+            self._stream = soxr.ResampleStream(rate_in, rate_out, 1, dtype="float32")
+
+    def feed(self, samples: np.ndarray) -> np.ndarray:
+        """The next block at ``rate_out`` (mono float32)."""
+        samples = np.ascontiguousarray(samples, dtype=PIPELINE_DTYPE)
+        return samples if self._stream is None else self._stream.resample_chunk(samples)
+
+    def flush(self) -> np.ndarray:
+        """The end of the stream: what the filter still holds."""
+        if self._stream is None:
+            return np.zeros(0, PIPELINE_DTYPE)
+        return self._stream.resample_chunk(np.zeros(0, PIPELINE_DTYPE), last=True)
+
+
 def resample(samples: np.ndarray, rate_in: int, rate_out: int) -> np.ndarray:
-    """High-quality resampling of mono float32 audio (soxr)."""
+    """High-quality resampling of mono float32 audio (soxr), all of it at once (see :class:`StreamResampler`)."""
     if rate_in == rate_out or len(samples) == 0:
         return samples
     import soxr

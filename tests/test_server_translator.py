@@ -189,3 +189,21 @@ def test_the_observer_follows_the_gate_and_sends_a_turns_words_before_its_audio(
     emit("llm", ReplyText("Late.", 1))
     assert put[3:] == []  # the discarded attempt never reaches the client, nor does late news of it
     assert sorted(recorder.turns) == [0]  # the Recorder follows the same gate: the attempt left no record
+
+
+def test_reply_audio_is_resampled_as_one_stream_without_clicks_at_block_edges():
+    import soxr
+
+    t = translator()  # the session's output rate is 24 kHz; this TTS speaks at 22.05 kHz, in uneven blocks
+    tone = (0.5 * np.sin(2 * np.pi * 440 * np.arange(22050) / 22050)).astype(np.float32)
+    edges = [0, 1000, 4410, 4411, 9000, 15000, 22050]
+    blocks = [ReplySound(ReplyAudio(tone[a:b], 22050, 0)) for a, b in zip(edges, edges[1:])]
+    events = run(t, UserHeard(0, "Hum."), ReplyWords(0, "Hmm."), *blocks, ReplyOver(0))
+    sent = np.frombuffer(b"".join(base64.b64decode(e["delta"]) for e in events
+                                  if e["type"] == "response.output_audio.delta"), np.int16) / 32767
+    whole = soxr.resample(tone, 22050, 24000)
+    assert len(sent) == len(whole)  # the resampler's held-back tail was sent before output_audio.done
+    assert np.max(np.abs(sent - whole)) < 1e-3  # as if resampled at once: no filter restart at any edge
+    per_block = np.concatenate([soxr.resample(tone[a:b], 22050, 24000) for a, b in zip(edges, edges[1:])])
+    assert np.max(np.abs(per_block[:len(whole)] - whole)) > 10 * np.max(np.abs(sent - whole))  # what it was
+    assert events[-1]["response"]["status"] == "completed"

@@ -72,6 +72,7 @@ class Response:
     calls: list[dict[str, Any]] = field(default_factory=list)
     chunks: dict[int, str] = field(default_factory=dict)  # piece number in the turn -> its text
     chunk_audio: dict[int, float] = field(default_factory=dict)  # piece number -> seconds of audio sent of it
+    resampler: Any = None  # its audio at the client's rate: one stream for the whole reply (no clicks)
 
     @property
     def finished(self) -> bool:

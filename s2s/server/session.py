@@ -178,11 +178,9 @@ class Session:
         await self.ensure_graph()
         floats = audio.int16_to_float(samples)
         if self.settings.input_rate != PIPELINE_RATE:
-            if self._resampler is None:
-                import soxr  # a streaming resampler: appends are short, and edges would click per block
-
-                self._resampler = soxr.ResampleStream(self.settings.input_rate, PIPELINE_RATE, 1, dtype="float32")
-            floats = self._resampler.resample_chunk(floats)
+            if self._resampler is None:  # appends are short: per-block resampling would click at every edge
+                self._resampler = audio.StreamResampler(self.settings.input_rate, PIPELINE_RATE)
+            floats = self._resampler.feed(floats)
         self._input_samples += len(floats)
         floats = np.ascontiguousarray(floats, dtype=np.float32)
         if self.settings.turn_detection.manual:  # held until the client commits it as a turn

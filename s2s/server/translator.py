@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from s2s import audio
 from s2s.chat_context import ChatContext
 from s2s.metrics import Recorder
@@ -238,14 +240,13 @@ class Translator:
             response.chunks[part.chunk if part.chunk >= 0 else len(response.chunks)] = part.text
             return [event("response.output_audio_transcript.delta", delta=delta, **ids)]
         if isinstance(part, ReplySound):
-            rate = self.settings().output_rate
-            samples = audio.float_to_int16(audio.resample(part.audio.samples, part.audio.sample_rate, rate))
-            response.audio_s += len(samples) / rate
+            rate, resampler = self.settings().output_rate, response.resampler
+            tail: Events = []
+            if resampler is None or (resampler.rate_in, resampler.rate_out) != (part.audio.sample_rate, rate):
+                tail = self._sound(response, max(response.chunks, default=0))  # the old stream's end
+                response.resampler = resampler = audio.StreamResampler(part.audio.sample_rate, rate)
             chunk = part.chunk if part.chunk >= 0 else max(response.chunks, default=0)
-            response.chunk_audio[chunk] = response.chunk_audio.get(chunk, 0.0) + len(samples) / rate
-            step = max(1, int(DELTA_S * rate))
-            return [event("response.output_audio.delta", delta=protocol.encode_audio(samples[i:i + step]), **ids)
-                    for i in range(0, len(samples), step)]
+            return tail + self._sound(response, chunk, resampler.feed(part.audio.samples))
         # a call ends the response; its output and response.create continue the turn
         self.tools.record(part, response.turn)
         item = protocol.function_call_item(protocol.new_id("item"), part.call_id, part.name, part.arguments)
@@ -255,6 +256,22 @@ class Translator:
                 event("response.function_call_arguments.done", response_id=response.id, item_id=item["id"],
                       output_index=index, call_id=part.call_id, name=part.name, arguments=part.arguments),
                 *self._done(response, item, index)]
+
+    def _sound(self, response: Response, chunk: int, floats: np.ndarray | None = None) -> Events:
+        """Audio deltas of ``floats``, already at the client's rate (None: the end of the reply's resampler)."""
+        if floats is None:
+            if response.resampler is None:
+                return []
+            floats, rate = response.resampler.flush(), response.resampler.rate_out
+        else:
+            rate = response.resampler.rate_out
+        samples = audio.float_to_int16(floats)
+        response.audio_s += len(samples) / rate
+        response.chunk_audio[chunk] = response.chunk_audio.get(chunk, 0.0) + len(samples) / rate
+        ids = {"response_id": response.id, "item_id": response.item_id, "output_index": 0, "content_index": 0}
+        step = max(1, int(DELTA_S * rate))
+        return [event("response.output_audio.delta", delta=protocol.encode_audio(samples[i:i + step]), **ids)
+                for i in range(0, len(samples), step)]
 
     def _finished(self, response: Response) -> Events:
         status = response.state.value
@@ -269,7 +286,9 @@ class Translator:
                  response.audio_s, f", {response.reason}" if response.reason else "")
         shown = protocol.response_object(response.id, status, output, response.reason, response.metadata,
                                          response.out_of_band)
-        return [event("response.output_audio.done", **ids),
+        # a completed reply's last milliseconds, which the resampler held back (a cancelled one stops where it was)
+        tail = self._sound(response, max(response.chunks, default=0)) if response.state is State.COMPLETED else []
+        return [*tail, event("response.output_audio.done", **ids),
                 event("response.output_audio_transcript.done", transcript=transcript, **ids),
                 event("response.content_part.done", **ids, part={"type": "audio", "transcript": transcript}),
                 *self._done(response, message, 0),
