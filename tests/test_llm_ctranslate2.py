@@ -97,6 +97,9 @@ def test_the_history_token_budget_counts_with_the_models_tokenizer(native):
         native.reset()
 
 
+REPEAT_PENALTY = 8.0  # strong enough to move the tiny model's trained reply, whose tokens lead by a margin
+
+
 def test_the_repetition_guard_penalises_the_reply_only_as_llm_transformers_does(native):
     """CTranslate2's generate_tokens penalises generated tokens only (the prompt is forwarded before decoding), as
     llm=transformers does with prompt_ignore_length. A strong penalty changes this reply; penalising the prompt
@@ -104,9 +107,9 @@ def test_the_repetition_guard_penalises_the_reply_only_as_llm_transformers_does(
     from s2s.llm.transformers_lm import TransformersLM
 
     reference = TransformersLM(model=native.model_name, device="cpu", system_prompt=None, max_new_tokens=48,
-                               repetition_penalty=2.0)
+                               repetition_penalty=REPEAT_PENALTY)
     reference.setup()
-    native.repetition_penalty = 2.0
+    native.repetition_penalty = REPEAT_PENALTY
     try:
         messages = native.chat_messages(weather_tools.CAPITAL)
         guarded = text(native.stream(messages))
