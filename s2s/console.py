@@ -63,6 +63,9 @@ def run_hydra(args: list[str]) -> int:
             sys.exit(code)  # a sweep keeps going: the failed job becomes a row of the summary
         return code
 
+    from s2s.platform import fix_allocator
+
+    fix_allocator()  # before any model loads: freed models' memory goes back (sweeps, pooled pipelines)
     sys.argv = ["s2s", *cli.prepare_argv(args)]
     hydra_guard.install()  # before anything is composed: every config Hydra composes is checked
     if problems := cli.check(sys.argv[1:]):

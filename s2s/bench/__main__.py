@@ -34,6 +34,9 @@ from s2s.bench.turns import bench_turns
 
 
 def main(argv: list[str] | None = None) -> int:
+    from s2s.platform import fix_allocator
+
+    fix_allocator()  # as every s2s process does before loading a model (see s2s.platform)
     parser = argparse.ArgumentParser(prog="python -m s2s.bench", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     runner = commands.add_parser("runner", help="messages through a chain of stages that do nothing")

@@ -31,6 +31,7 @@ from s2s import sharing, tracing
 from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.graph import StageSetupError
+from s2s.platform import fix_allocator
 from s2s.server.pipelines import Pool
 from s2s.server.relay import Front as FrontServer
 from s2s.server.server import SessionServer
@@ -127,6 +128,7 @@ class Replica:
 
         _log_to_stderr()
         limit_threads()  # Ray gives the replica server.replica_cpus threads through OMP_NUM_THREADS
+        fix_allocator()  # a replica's process loads its pipelines' models (see s2s.platform)
         cfg = OmegaConf.create(config)
         node = ray.util.get_node_ip_address()
         try:  # cheap, and what the driver validated; on another node a path may be missing
