@@ -19,7 +19,7 @@ from s2s import audio
 from s2s.platform import machine_info, peak_memory_mb
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, Transcript,
                           TurnConfirmed, TurnEnd)
-from s2s.turns import CONFIRMED, DISCARDED, OPENED, TurnEvent, TurnGate
+from s2s.turns import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, TurnGate
 
 log = logging.getLogger("s2s.metrics")
 
@@ -45,7 +45,6 @@ class Turn:
     confirmed_at_s: float | None = None  # a speculative turn's silence lasted
     speculative: bool = False  # the turn gate holds it: not confirmed yet
     anchors: list[tuple[float, float]] = field(default_factory=list)  # (input clock, perf_counter) pairs
-    console: list[str] = field(default_factory=list)  # lines shown once the turn is confirmed
     # perf_counter times
     stt_start: float | None = None
     stt_end: float | None = None
@@ -149,6 +148,7 @@ class Recorder:
         self._tts_open: dict[int, float] = {}
         self.console = console  # print each heard turn and each reply sentence as it happens
         self._lock = threading.Lock()
+        self._lines: Holding[str] = Holding()  # console lines of speculative turns, shown once confirmed
         self._gate = TurnGate()  # until a graph hands over its own: then the graph feeds it, not us
         self._own_gate = True
         self._gate.listen(self.on_turn)
@@ -169,14 +169,14 @@ class Recorder:
         with self._lock:
             if event.kind == DISCARDED:  # an attempt the user spoke over: it leaves no trace
                 self.turns.pop(event.turn, None)
+                self._lines.drop(event.turn)
             elif event.kind == OPENED:
                 self._turn(event.turn).speculative = True
+                self._lines.open(event.turn)
             elif event.kind == CONFIRMED:
-                turn = self._turn(event.turn)
-                turn.speculative = False
-                for line in turn.console:
+                self._turn(event.turn).speculative = False
+                for line in self._lines.release(event.turn) or []:
                     self._say(line)
-                turn.console.clear()
 
     def _turn(self, number: int) -> Turn:
         if self._gate.is_discarded(number):
@@ -259,7 +259,7 @@ class Recorder:
     def _say(self, line: str, turn: Turn | None = None) -> None:
         """Show a line now, or once ``turn`` is confirmed (a speculative attempt may still be dropped)."""
         if turn is not None and turn.speculative:
-            turn.console.append(line)
+            self._lines.hold(turn.turn, line)  # none held for a dropped attempt's late news: never shown
         elif self.console:
             print(line, flush=True)
 

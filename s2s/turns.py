@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from s2s.messages import Message, SpeechSegment, SpeechStarted, TurnConfirmed, TurnDiscarded
 
@@ -32,6 +33,40 @@ class TurnEvent:
 
     kind: str
     turn: int
+
+
+T = TypeVar("T")
+
+
+class Holding(Generic[T]):
+    """What waits for speculative turns to be confirmed, per turn, in order: the one hold-until-confirmed buffer
+    (the gate holds messages bound for the sink, the server's observer protocol events, the Recorder its console
+    lines). Not thread-safe: its owner holds its own lock around it."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, list[T]] = {}
+
+    def open(self, turn: int) -> None:
+        """``turn`` is speculative: what comes for it from now on waits."""
+        self._held.setdefault(turn, [])
+
+    def __contains__(self, turn: int) -> bool:
+        return turn in self._held
+
+    def hold(self, turn: int | None, item: T) -> bool:
+        """Keep ``item`` if ``turn`` is open (True); False: it need not wait."""
+        if turn is None or turn not in self._held:
+            return False
+        self._held[turn].append(item)
+        return True
+
+    def release(self, turn: int) -> list[T] | None:
+        """``turn`` is confirmed: what it held, in order (None: it was not open)."""
+        return self._held.pop(turn, None)
+
+    def drop(self, turn: int) -> None:
+        """``turn`` is discarded: what it held goes nowhere."""
+        self._held.pop(turn, None)
 
 
 def _drop(message: Message) -> None:
@@ -53,7 +88,7 @@ class TurnGate:
         self.deliver = deliver
         self.barge_in, self.half_duplex = barge_in, half_duplex
         self._lock = threading.Lock()
-        self._held: dict[int, list[Message]] = {}  # unconfirmed speculative turns: what was bound for the sink
+        self._held: Holding[Message] = Holding()  # unconfirmed speculative turns: what was bound for the sink
         self._discarded: set[int] = set()  # attempts the user spoke over: all their data is stale
         self._cancel_below = -1  # data for turns below this is stale; only ever grows
         self._deaf_turn: int | None = None
@@ -77,12 +112,12 @@ class TurnGate:
             if isinstance(message, SpeechSegment):
                 if message.speculative:
                     if message.turn not in self._held and message.turn not in self._discarded:
-                        self._held[message.turn] = []
+                        self._held.open(message.turn)
                         event = self._tell_early(TurnEvent(OPENED, message.turn))
                 elif self.half_duplex:
                     self._deaf_turn = message.turn
             elif isinstance(message, TurnConfirmed):
-                held = self._held.pop(message.turn, None)
+                held = self._held.release(message.turn)
                 if held is not None:
                     event = self._tell_early(TurnEvent(CONFIRMED, message.turn))
                     for waiting in held:  # in order, before anything newer
@@ -93,7 +128,7 @@ class TurnGate:
                 if message.turn not in self._discarded:
                     log.info("turn %d: the user went on speaking; its speculative reply is dropped", message.turn)
                     self._discarded.add(message.turn)
-                    self._held.pop(message.turn, None)
+                    self._held.drop(message.turn)
                     event = self._tell_early(TurnEvent(DISCARDED, message.turn))
             elif isinstance(message, SpeechStarted) and self.barge_in:
                 event = self._cancel(message.turn, "barge-in: user started turn %d, dropping older replies")
@@ -103,9 +138,7 @@ class TurnGate:
         """``message`` is bound for the sink: deliver it now, or hold it until its turn is confirmed."""
         turn = getattr(message, "turn", None)
         with self._lock:
-            if turn is not None and turn in self._held:
-                self._held[turn].append(message)
-            else:
+            if not self._held.hold(turn, message):
                 self.deliver(message)
 
     def cancel_below(self, turn: int) -> None:

@@ -167,3 +167,17 @@ def test_a_recorder_no_graph_hands_a_gate_to_follows_the_messages_it_sees(tmp_pa
     assert list(recorder.turns) == [1] and recorder.turns[1].speculative
     recorder.on_output("vad", TurnConfirmed(1, 1.5), 4.0)
     assert not recorder.turns[1].speculative
+
+
+def test_holding_keeps_an_open_turns_items_in_order_until_it_is_confirmed_or_dropped():
+    from s2s.turns import Holding
+
+    held: Holding[str] = Holding()
+    assert not held.hold(1, "a") and held.release(1) is None  # not open: nothing waits
+    held.open(1)
+    held.open(2)
+    assert held.hold(1, "a") and held.hold(1, "b") and held.hold(2, "x") and not held.hold(None, "?")
+    held.open(1)  # opening again keeps what it holds
+    assert held.release(1) == ["a", "b"] and 1 not in held
+    held.drop(2)
+    assert 2 not in held and held.release(2) is None

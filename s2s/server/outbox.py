@@ -19,7 +19,7 @@ from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSe
                           Transcript, TurnEnd)
 from s2s.metrics import Recorder
 from s2s.server.protocol import ItemRequest
-from s2s.turns import CONFIRMED, DISCARDED, OPENED, TurnEvent, TurnGate
+from s2s.turns import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, TurnGate
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ class GraphObserver:
                  tts_stage: str = "tts") -> None:
         self.recorder, self.outbox, self.vad_stage, self.last_stage = recorder, outbox, vad_stage, last_stage
         self.tts_stage = tts_stage
-        self._pending: dict[int, list[OutboxMessage]] = {}  # speculative turns: messages wait for confirmation
+        self._pending: Holding[OutboxMessage] = Holding()  # speculative turns: messages wait for confirmation
         self._dropped: set[int] = set()  # discarded attempts: late news of them goes nowhere
         self._lock = threading.Lock()
         self._written: Counter[int] = Counter()  # pieces of text the LLM handed on, per turn
@@ -236,11 +236,11 @@ class GraphObserver:
         """The gate opened, confirmed or discarded a speculative turn (under its lock: never call it here)."""
         with self._lock:
             if event.kind == OPENED:
-                self._pending.setdefault(event.turn, [])
+                self._pending.open(event.turn)
                 return
             if event.kind == DISCARDED:
                 self._dropped.add(event.turn)
-            held = self._pending.pop(event.turn, [])
+            held = self._pending.release(event.turn) or []
             if event.kind == CONFIRMED:  # under our lock: nothing newer of the turn overtakes them
                 for item in held:
                     self.outbox.put(item)
@@ -248,12 +248,8 @@ class GraphObserver:
     def _put(self, turn: int, message: OutboxMessage) -> None:
         """Send now, once ``turn`` is confirmed, or never (a discarded attempt)."""
         with self._lock:
-            if turn in self._pending:
-                self._pending[turn].append(message)
-                return
-            if turn in self._dropped:
-                return
-            self.outbox.put(message)
+            if not self._pending.hold(turn, message) and turn not in self._dropped:
+                self.outbox.put(message)
 
     def on_input(self, stage: str, message: Data, now: float) -> None:
         self.recorder.on_input(stage, message, now)
