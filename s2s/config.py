@@ -1,27 +1,25 @@
 """Validation of a composed config, before any stage is built or any model loads.
 
-The constructor signature of each ``_target_`` is the schema: keys must bind to it, ``Literal`` annotations
-are enums, ``Annotated[..., MUST_EXIST]`` marks paths that must exist, plain ``int``/``float``/``bool``/``str``
-annotations are type-checked. A stage's ``requires`` names a runtime some platforms lack (checked against
-``platform.unavailable`` through :mod:`s2s.runtimes`), and each stage may add cross-field rules in ``validate_config``.
+The constructor signature of each ``_target_`` is the schema (:mod:`s2s.schema` reads it). A stage's
+``requires`` names a runtime some platforms lack (checked against ``platform.unavailable`` through
+:mod:`s2s.runtimes`), and each stage may add cross-field rules in ``validate_config``.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
-import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from s2s import runtimes
-from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
+from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.platform import DEVICES, detect, resolve_device, runtimes_unavailable, valid_device
+from s2s.schema import check_kwargs, constraints, describe, device_unavailable, matches
 from s2s.stage import Stage
 
 ALLOWED_PACKAGE = "s2s"
@@ -140,124 +138,6 @@ def load_target(target: Any, key: str) -> type[Stage]:
     return cls
 
 
-def device_unavailable(device: str, platform: str, accelerator: str) -> str | None:
-    """Why ``device`` cannot work on the target platform, or None (auto and cpu always can)."""
-    if device.startswith("cuda") and accelerator != "cuda":
-        return f"auto or cpu: platform {platform} has no CUDA (a machine with an NVIDIA GPU is {platform}_cuda)"
-    if device == "mps" and accelerator != "mps":
-        return f"auto or cpu: MPS exists only on Apple silicon (platform macos), not on {platform}"
-    return None
-
-
-def _describe(annotation: Any) -> str:
-    origin = typing.get_origin(annotation)
-    if origin is typing.Literal:
-        return "one of " + ", ".join(str(choice) for choice in typing.get_args(annotation))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(arm) for arm in typing.get_args(annotation))
-    if origin is typing.Annotated:
-        return _describe(typing.get_args(annotation)[0])
-    if annotation is type(None):
-        return "null"
-    return {float: "a number", int: "an integer", bool: "true or false", str: "a string"}.get(
-        annotation, getattr(annotation, "__name__", str(annotation)))
-
-
-def _matches(value: Any, annotation: Any) -> bool:
-    origin = typing.get_origin(annotation)
-    if annotation is Any or annotation is inspect.Parameter.empty:
-        return True
-    if origin is typing.Literal:
-        return value in typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, arm) for arm in typing.get_args(annotation))
-    if origin is typing.Annotated:
-        return _matches(value, typing.get_args(annotation)[0])
-    if annotation is type(None):
-        return value is None
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
-        return isinstance(value, (list, tuple))
-    if origin is dict or annotation is dict:
-        return isinstance(value, Mapping)
-    return True  # richer annotations are the class's own business (validate_config)
-
-
-def _constraints(annotation: Any, value: Any = inspect.Parameter.empty) -> list[Range | OneOf]:
-    """The Range/OneOf markers of an annotation, looking inside Optional[...] too.
-
-    With ``value``, only the markers of the union arms it matches: in ``str | Annotated[int, Range(0)]`` a name is
-    not held to the number's bound.
-    """
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        return [m for m in typing.get_args(annotation)[1:] if isinstance(m, (Range, OneOf))]
-    if origin in (typing.Union, types.UnionType):
-        return [m for arm in typing.get_args(annotation) if value is inspect.Parameter.empty or _matches(value, arm)
-                for m in _constraints(arm)]
-    return []
-
-
-def _must_exist(annotation: Any) -> bool:
-    if typing.get_origin(annotation) is typing.Annotated:
-        return MUST_EXIST in typing.get_args(annotation)[1:]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return any(_must_exist(arm) for arm in typing.get_args(annotation))
-    return False
-
-
-def check_kwargs(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
-    """Bind ``kwargs`` to the constructor and check each value against its annotation.
-
-    Args:
-        cls: a stage, or any class whose signature is a config group's schema (the server's settings).
-        kwargs: the config node's keys and values, ``_target_`` removed.
-        context: the group (errors are named ``<group>.<key>``) and the platform (a ``device`` must exist there).
-
-    Returns:
-        One error per unknown or missing key and per value its annotation (type, ``Literal``, ``Range``,
-        ``OneOf``, ``MUST_EXIST``) refuses; empty when all bind.
-    """
-    signature = inspect.signature(cls)
-    errors: list[ConfigError] = []
-    known = [name for name, p in signature.parameters.items() if p.kind is not p.VAR_KEYWORD]
-    for key in kwargs:
-        if key not in signature.parameters:
-            errors.append(context.error(key, kwargs[key], f"a known key; {cls.__module__}.{cls.__name__} "
-                                                          f"takes: {', '.join(known)}"))
-    for name, parameter in signature.parameters.items():
-        if parameter.default is parameter.empty and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD,
-                                                                      parameter.KEYWORD_ONLY) and name not in kwargs:
-            errors.append(context.error(name, "<missing>", "a value (the key is required)"))
-    if not errors:
-        signature.bind(**kwargs)  # cannot fail now; kept as the contract the checks above spell out
-    hints = typing.get_type_hints(cls.__init__, include_extras=True)
-    for key, value in kwargs.items():
-        annotation = hints.get(key, inspect.Parameter.empty)
-        if key not in signature.parameters:
-            continue
-        if key == "device":
-            if not (isinstance(value, str) and valid_device(value)):
-                errors.append(context.error(key, value, f"one of {', '.join(DEVICES)} (or cuda:N)"))
-            elif problem := device_unavailable(value, context.platform, context.accelerator):
-                errors.append(context.error(key, value, problem))
-            continue
-        if not _matches(value, annotation):
-            errors.append(context.error(key, value, _describe(annotation)))
-        elif value is not None and (broken := [c for c in _constraints(annotation, value) if not c.check(value)]):
-            errors.append(context.error(key, value, broken[0].describe()))
-        elif value is not None and _must_exist(annotation) and not Path(str(value)).expanduser().exists():
-            errors.append(context.error(key, value, "an existing path (no such file or directory)"))
-    return errors
-
-
 def stage_rule_errors(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
     """What ``cls.requires`` and ``cls.validate_config`` say of ``kwargs`` (already checked by :func:`check_kwargs`).
 
@@ -338,9 +218,9 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
         device_error = ConfigError("device", device, problem)
     for key, annotation in TOP_LEVEL.items():
         value = OmegaConf.select(cfg, key)
-        if not _matches(value, annotation):
-            errors.append(ConfigError(key, value, _describe(annotation)))
-        elif value is not None and (broken := [c for c in _constraints(annotation) if not c.check(value)]):
+        if not matches(value, annotation):
+            errors.append(ConfigError(key, value, describe(annotation)))
+        elif value is not None and (broken := [c for c in constraints(annotation) if not c.check(value)]):
             errors.append(ConfigError(key, value, broken[0].describe()))
     threads = OmegaConf.select(cfg, "runner.threads")
     if threads is not None and not isinstance(threads, DictConfig):

@@ -324,9 +324,9 @@ def _numeric_keys(cls):
 
 
 def _out_of_range(annotation):
-    from s2s.config import _constraints
+    from s2s.schema import constraints
 
-    [bound] = [c for c in _constraints(annotation) if hasattr(c, "low")] or [None]
+    [bound] = [c for c in constraints(annotation) if hasattr(c, "low")] or [None]
     assert bound is not None, f"no Range declared on {annotation}"
     return bound.low - 1 if bound.low is not None else bound.high + 1
 

@@ -6,7 +6,7 @@ import typing
 import pytest
 
 from conftest import CONF_DIR, compose_config
-from s2s.config import _constraints
+from s2s.schema import constraints
 from s2s.server.settings import ServerSettings, read_settings
 
 
@@ -57,4 +57,4 @@ def test_every_numeric_setting_declares_its_range():
     bases = {name: typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
              for name, hint in hints.items()}
     numeric = [name for name, base in bases.items() if base in (int, float)]
-    assert len(numeric) == 11 and [name for name in numeric if not _constraints(hints[name])] == []
+    assert len(numeric) == 11 and [name for name in numeric if not constraints(hints[name])] == []

@@ -1,7 +1,7 @@
 """The server's settings and limits, declared once: the ``server`` config group binds to this signature.
 
 conf/server/realtime.yaml gives the values; the annotations below are the only statement of what each may
-be, and the config validator (:func:`s2s.config.check_kwargs`) reads them, as it reads a stage's constructor.
+be, and the config validator (:func:`s2s.schema.check_kwargs`) reads them, as it reads a stage's constructor.
 """
 from __future__ import annotations
 

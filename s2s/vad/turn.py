@@ -108,7 +108,7 @@ def check(turn: Mapping[str, Any] | None, vad: Mapping[str, Any], context: Valid
     """What is wrong with the ``turn`` group (errors named ``turn.<key>``) and with the VAD keys it needs."""
     from dataclasses import replace
 
-    from s2s.config import check_kwargs
+    from s2s.schema import check_kwargs
 
     if turn is None:
         return []
