@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 from s2s import tracing
 from s2s.config import StageSpec, describe_graph
-from s2s.config_errors import EXIT_CONFIG, ConfigErrors
+from s2s.config_errors import EXIT_CONFIG, ConfigError, ConfigErrors
 from s2s.graph import Graph, Interrupted, StageSetupError
 from s2s.metrics import Recorder, format_figures
 from s2s.platform import release_memory
@@ -57,34 +57,22 @@ def no_interrupts() -> Any:
     return _on_stop_signals(signal.SIG_IGN)
 
 
-def checked(cfg: DictConfig) -> list[StageSpec] | None:
-    """The validated stages of ``cfg``, or None after printing every problem (one line each) and writing the
-    run folder's status."""
-    specs, errors = tracing.validated(cfg)
-    if errors:
-        for error in errors:
-            print(f"config error: {error}", file=sys.stderr)
-        _write_status(cfg, "config_error", str(ConfigErrors(errors)))
-        return None
-    return specs
-
-
-def main(cfg: DictConfig) -> int:
-    """One run over the configured source and sink: validate, then print the graph (``dry_run``) or run it.
-
-    Args:
-        cfg: the composed config (Hydra composes it for the entry, s2s/console.py; tests may compose their own).
-
-    Returns:
-        The exit code: 0 ok, 1 a stage failed, 2 (``EXIT_CONFIG``) a bad config, 130/143 interrupted. After an
-        interruption or a stage that would not stop, the process may end here without interpreter teardown.
-    """
-    specs = checked(cfg)
-    return EXIT_CONFIG if specs is None else run_once(cfg, specs)
+def report_config_errors(cfg: DictConfig, errors: list[ConfigError]) -> None:
+    """One line per problem on stderr, and the run folder's status says why nothing ran."""
+    for error in errors:
+        print(f"config error: {error}", file=sys.stderr)
+    _write_status(cfg, "config_error", str(ConfigErrors(errors)))
 
 
 def run_once(cfg: DictConfig, specs: list[StageSpec]) -> int:
-    """:func:`main` after validation."""
+    """One run over the configured source and sink (checked by :func:`s2s.job.problems`): print the graph
+    (``dry_run``) or run it.
+
+    Returns:
+        The exit code: 0 ok, 1 a stage failed, 2 (``EXIT_CONFIG``) a run folder that holds another run, 130/143
+        interrupted. After an interruption or a stage that would not stop, the process may end here without
+        interpreter teardown.
+    """
     if cfg.dry_run:
         print(describe_graph(cfg, specs))
         return 0

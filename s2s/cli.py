@@ -17,50 +17,17 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from s2s.compose import CONF_DIR, compose, config_groups, group_options, is_override
 from s2s.config_errors import EXIT_CONFIG
-from s2s.platform import detect
 
-# The configs: inside an installed wheel (s2s/conf, mapped from conf/ at build time), else the checkout's conf/.
-_PACKAGED_CONF = Path(__file__).resolve().parent / "conf"
-CONF_DIR = _PACKAGED_CONF if (_PACKAGED_CONF / "config.yaml").is_file() else Path(__file__).resolve().parent.parent / "conf"
 # Flags that make Hydra compose another config than conf/config.yaml, or none: nothing to explain ahead of it
 # (the guard still checks the targets of whatever Hydra composes).
 OTHER_CONFIG_FLAGS = ("-cp", "--config-path", "-cn", "--config-name", "-cd", "--config-dir", "-sc",
                       "--shell-completion", "--experimental-rerun")
-
-
-def group_options(group: str) -> list[str]:
-    """User-facing options of a config group (files starting with '_' are bases)."""
-    return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml") if not path.name.startswith("_"))
-
-
-def config_groups() -> list[str]:
-    """Groups a user selects (``hydra`` is Hydra's own; ``*_platform`` are applied automatically)."""
-    return sorted(path.name for path in CONF_DIR.iterdir() if path.is_dir() and not path.name.startswith("_")
-                  and path.name != "hydra" and not path.name.endswith("_platform"))
-
-
-def _is_override(arg: str) -> bool:
-    return not arg.startswith("-") and ("=" in arg or arg.startswith("~"))
-
-
-def prepare_argv(argv: list[str]) -> list[str]:
-    """Flags first, then the overrides, with ``platform=<detected>`` added unless the user chose one.
-
-    Hydra takes the overrides as one run of positional arguments after its flags; moving every argument that
-    is not an override (flags and their values, in their order) in front lets ``--cfg job`` or ``-m`` stand
-    anywhere on the line.
-    """
-    flags = [arg for arg in argv if not _is_override(arg)]
-    overrides = [arg for arg in argv if _is_override(arg)]
-    if not any(arg.lstrip("+~").split("=", 1)[0] == "platform" for arg in overrides):
-        overrides.append(f"platform={detect().platform}")
-    return [*flags, *overrides]
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -116,11 +83,11 @@ def explain_refusal(compose: Any, overrides: list[str], error: Exception) -> lis
             break
     problems += [_explain(culprit, cfg) for culprit in culprits]
     if cfg is not None:  # the rest composed: report its bad values in the same pass
-        from s2s import tracing
+        from s2s import job
 
         with open_dict(cfg):  # nothing runs: the run folder Hydra would make is not needed to check values
             cfg.output_dir = "."
-        problems += [str(e) for e in tracing.validated(cfg)[1]]
+        problems += [str(e) for e in job.problems(cfg)[1]]
     return problems
 
 
@@ -128,23 +95,6 @@ def fail(problems: list[str]) -> None:
     for problem in problems:
         print(f"config error: {problem}", file=sys.stderr)
     raise SystemExit(EXIT_CONFIG)
-
-
-def compose(overrides: list[str], output_dir: Path | str | None = None, *, hydra_node: bool = True) -> DictConfig:
-    """conf/config.yaml with ``overrides`` as Hydra's public compose API makes it: the one place s2s composes.
-
-    Args:
-        overrides: the command line's overrides (:func:`prepare_argv` adds the platform).
-        output_dir: the run folder, when the caller runs stages outside ``@hydra.main`` (benchmarks, Serve).
-        hydra_node: keep the ``hydra`` node (what the command line checks; a config that runs stages has no use
-            for it).
-    """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    overrides = [*overrides, f"output_dir={output_dir}"] if output_dir is not None else list(overrides)
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides, return_hydra_config=hydra_node)
 
 
 def _as_first_job(parsed: list[Any]) -> tuple[list[str], list[str]]:
@@ -174,7 +124,7 @@ def _as_first_job(parsed: list[Any]) -> tuple[list[str], list[str]]:
 
 
 def check(argv: list[str]) -> list[str]:
-    """What is wrong with a command line (as :func:`prepare_argv` orders it), one line each; empty: let Hydra go.
+    """What is wrong with a command line (as :func:`s2s.compose.prepare_argv` orders it), one line each; empty: let Hydra go.
 
     The config is composed here exactly as Hydra is about to compose it. When that fails, each refused
     override is named (:func:`explain_refusal`). The guard (:mod:`s2s.hydra_guard`, which the entry points
@@ -196,10 +146,10 @@ def check(argv: list[str]) -> list[str]:
 
     if problems := hydra_guard.check_flags(argv):
         return problems
-    flags = [arg for arg in argv if not _is_override(arg)]
+    flags = [arg for arg in argv if not is_override(arg)]
     if any(flag.split("=", 1)[0] in OTHER_CONFIG_FLAGS for flag in flags):
         return []
-    overrides = [arg for arg in argv if _is_override(arg)]
+    overrides = [arg for arg in argv if is_override(arg)]
     problems: list[str] = []
     if "-m" in flags or "--multirun" in flags:
         try:

@@ -13,12 +13,8 @@ detected as there. A shortcut's own overrides give way to the user's (``s2s loca
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 
-from s2s import cli, hydra_guard
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
+from s2s import cli, compose, hydra_guard
 
 # subcommand -> the overrides it stands for (added unless the user sets the same key)
 SHORTCUTS: dict[str, tuple[str, ...]] = {"local": ("source=mic", "sink=speaker"), "serve": ("server=realtime",)}
@@ -31,34 +27,17 @@ def with_shortcut(command: str | None, args: list[str]) -> list[str]:
     return [*args, *(o for o in SHORTCUTS.get(command or "", ()) if o.split("=", 1)[0] not in given)]
 
 
-def job(cfg: DictConfig) -> int:
-    """One composed job: validated, then served (``server=realtime``) or run once over source and sink.
-
-    The entry chooses, so the runner (s2s/app.py) never knows that a server exists.
-    """
-    from s2s import app
-    from s2s.config_errors import EXIT_CONFIG
-
-    specs = app.checked(cfg)
-    if specs is None:
-        return EXIT_CONFIG
-    if cfg.get("server"):  # one graph per client session instead of one run over source/sink
-        from s2s import server
-
-        return app.traced(cfg, lambda: server.main(cfg, specs))
-    return app.run_once(cfg, specs)
-
-
 def run_hydra(args: list[str]) -> int:
     """What ``s2s args`` and ``python run.py args`` do: platform, one-line config errors (exit 2), then
-    Hydra's own run of :func:`job`."""
+    Hydra's own run of :func:`s2s.job.run`."""
     import hydra
+    from omegaconf import DictConfig
 
-    from s2s import app
+    from s2s import app, job
 
-    @hydra.main(config_path=str(cli.CONF_DIR), config_name="config", version_base="1.3")
+    @hydra.main(config_path=str(compose.CONF_DIR), config_name="config", version_base="1.3")
     def main(cfg: DictConfig) -> int:
-        code = job(cfg)
+        code = job.run(cfg)
         if code and not app.in_multirun():
             sys.exit(code)  # a sweep keeps going: the failed job becomes a row of the summary
         return code
@@ -66,7 +45,7 @@ def run_hydra(args: list[str]) -> int:
     from s2s.platform import fix_allocator
 
     fix_allocator()  # before any model loads: freed models' memory goes back (sweeps, pooled pipelines)
-    sys.argv = ["s2s", *cli.prepare_argv(args)]
+    sys.argv = ["s2s", *compose.prepare_argv(args)]
     hydra_guard.install()  # before anything is composed: every config Hydra composes is checked
     if problems := cli.check(sys.argv[1:]):
         cli.fail(problems)

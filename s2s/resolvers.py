@@ -39,7 +39,7 @@ def fresh_dir(path: str) -> str:
 
 def help_groups() -> str:
     """``${s2s.help_groups:}``: the config groups a user picks and their options, for ``--help``."""
-    from s2s.cli import config_groups, group_options
+    from s2s.compose import config_groups, group_options
 
     return "\n".join(f"  {group}: {', '.join(group_options(group))}" for group in config_groups())
 

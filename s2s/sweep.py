@@ -88,7 +88,7 @@ class SweepCallback(Callback):
                                  if "torch" in sys.modules else None,
                                  "hydra_status": job_return.status.name, "dry_run": bool(config.get("dry_run")),
                                  "error": None}
-        if job_return.status == JobStatus.FAILED:  # app.main returns codes; this is an unexpected exception
+        if job_return.status == JobStatus.FAILED:  # job.run returns codes; this is an unexpected exception
             error = job_return._return_value  # the public property re-raises it
             facts["error"] = f"{type(error).__name__}: {error}"
             log.error("job %s raised %s; once the sweep stops, rebuild its summary with: python -m s2s.report %s",

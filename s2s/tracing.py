@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
-from s2s.config import StageSpec, node_kwargs, validate
+from s2s.config import StageSpec, node_kwargs
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.metrics import Recorder
 from s2s.settings_node import bind
@@ -152,18 +152,6 @@ def endpoint_problem(url: Any) -> str | None:
     if parts.path.rstrip("/").endswith(TRACES_PATH):
         return expected + f"; without {TRACES_PATH}, which the exporter appends"
     return None
-
-
-def validated(cfg: DictConfig) -> tuple[list[StageSpec], list[ConfigError]]:
-    """:func:`s2s.config.validate` and the tracing group's errors in one pass: the stages, or [] and every error
-    (a key validate reported, e.g. a ``tracing._target_`` outside s2s, once)."""
-    try:
-        specs, errors = validate(cfg), []
-    except ConfigErrors as problems:
-        specs, errors = [], list(problems.errors)
-    reported = {error.key for error in errors}
-    errors += [error for error in read_settings(cfg)[1] if error.key not in reported]
-    return ([], errors) if errors else (specs, [])
 
 
 def read_settings(cfg: DictConfig) -> tuple[Settings | None, list[ConfigError]]:

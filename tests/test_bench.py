@@ -38,7 +38,7 @@ def test_sentence_source_emits_one_turn_per_sentence():
 
 
 def test_the_tts_benchmark_is_an_experiment_and_bench_only_the_package():
-    from s2s.cli import config_groups, group_options
+    from s2s.compose import config_groups, group_options
 
     assert group_options("experiment") == ["tts_benchmark"] and "bench" not in config_groups()
 

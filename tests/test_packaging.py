@@ -208,7 +208,7 @@ def installed_wheel(tmp_path_factory):
 
 def test_an_installed_wheel_finds_its_configs_outside_a_checkout(installed_wheel):
     s2s, site, elsewhere = installed_wheel
-    where = subprocess.run([sys.executable, "-c", "import s2s.cli; print(s2s.cli.CONF_DIR)"], cwd=elsewhere,
+    where = subprocess.run([sys.executable, "-c", "import s2s.compose; print(s2s.compose.CONF_DIR)"], cwd=elsewhere,
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(site)}, timeout=60)
     assert where.stdout.strip() == str(site / "s2s" / "conf")
     job = s2s("--cfg", "job")

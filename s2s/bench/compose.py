@@ -7,7 +7,7 @@ from typing import Any
 
 def composed(overrides: list[str], output_dir: Path | str) -> Any:
     """``conf/config.yaml`` with ``overrides`` and ``output_dir``, as ``python run.py`` would compose it."""
-    from s2s.cli import compose, prepare_argv
+    from s2s.compose import compose, prepare_argv
 
     return compose(prepare_argv(overrides), output_dir, hydra_node=False)
 

@@ -58,12 +58,12 @@ def write_input(clip: Clip, path: Path) -> None:
 
 def run_pipeline(stream: Path, output_dir: Path, overrides: list[str], trailing_s: float) -> dict[str, Any]:
     """The composed config (platform detected, command-line overrides applied) over ``stream``, realtime."""
-    from s2s import app
+    from s2s import job
     from s2s.bench.compose import composed
 
     cfg = composed([*overrides, f"source.path={stream}", "source.realtime=true",
                     f"source.trailing_silence_ms={int(trailing_s * 1000)}"], output_dir)
-    code = app.main(cfg)
+    code = job.run(cfg)
     if code:
         raise SystemExit(code)
     return json.loads((output_dir / "metrics.json").read_text())

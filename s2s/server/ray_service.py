@@ -44,7 +44,7 @@ def app(args: dict[str, Any]) -> Any:
     Raises:
         ValueError: the config's problems, one line each, as the command line reports them.
     """
-    from s2s.cli import compose, prepare_argv
+    from s2s.compose import compose, prepare_argv
 
     overrides = args.get("overrides", "")
     overrides = shlex.split(overrides) if isinstance(overrides, str) else [str(o) for o in overrides]
