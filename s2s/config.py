@@ -16,10 +16,9 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from s2s import runtimes
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.platform import DEVICES, detect, resolve_device, runtimes_unavailable, valid_device
-from s2s.schema import check_kwargs, constraints, describe, device_unavailable, matches
+from s2s.schema import check_kwargs, constraints, describe, device_unavailable, matches, stage_rule_errors
 from s2s.stage import Stage
 
 ALLOWED_PACKAGE = "s2s"
@@ -136,36 +135,6 @@ def load_target(target: Any, key: str) -> type[Stage]:
     if not (inspect.isclass(cls) and issubclass(cls, Stage)):
         raise ConfigError(key, target, "a subclass of s2s.stage.Stage")
     return cls
-
-
-def stage_rule_errors(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
-    """What ``cls.requires`` and ``cls.validate_config`` say of ``kwargs`` (already checked by :func:`check_kwargs`).
-
-    A runtime the platform cannot run is the only error reported for the stage (its other rules assume it runs
-    here); a device the runtime lacks comes before the stage's own rules. ``validate_config`` receives the bound
-    arguments with the constructor's defaults applied, so it reads every key directly.
-    """
-    bound = inspect.signature(cls).bind(**kwargs)
-    bound.apply_defaults()
-    arguments = dict(bound.arguments)
-    errors: list[ConfigError] = []
-    if issubclass(cls, Stage) and cls.requires is not None:
-        if unavailable := runtimes.unavailable_error(cls.requires, arguments, context):
-            return [unavailable]
-        if device := runtimes.device_error(cls.requires, arguments, context):
-            errors.append(device)
-    try:
-        cls.validate_config(arguments, context)
-    except ConfigErrors as many:
-        return errors + list(many.errors)
-    except ConfigError as error:
-        return errors + [error]
-    return errors
-
-
-def override_errors(cls: type, kwargs: dict[str, Any], overrides: dict[str, Any], context: ValidationContext) -> list:
-    """What the stage's own rules say of its ``kwargs`` changed by ``overrides`` (a session's or a runtime change)."""
-    return check_kwargs(cls, merged := {**kwargs, **overrides}, context) or stage_rule_errors(cls, merged, context)
 
 
 def node_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list[ConfigError]]:

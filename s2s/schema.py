@@ -3,6 +3,8 @@
 Keys must bind to the signature; ``Literal`` annotations are enums, ``Annotated[..., Range(...)]`` and
 ``Annotated[..., OneOf(...)]`` bound values, ``Annotated[..., MUST_EXIST]`` marks paths that must exist, plain
 ``int``/``float``/``bool``/``str`` annotations are type-checked, and a ``device`` must exist on the platform.
+A stage's ``requires`` and ``validate_config`` add its own rules (:func:`stage_rule_errors`). Stages may use
+these to judge a change at run time (:func:`override_errors`): they sit below every stage.
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from s2s.config_errors import MUST_EXIST, ConfigError, OneOf, Range, ValidationContext
+from s2s import runtimes
+from s2s.config_errors import MUST_EXIST, ConfigError, ConfigErrors, OneOf, Range, ValidationContext
 from s2s.platform import DEVICES, valid_device
+from s2s.stage import Stage
 
 
 def device_unavailable(device: str, platform: str, accelerator: str) -> str | None:
@@ -133,3 +137,33 @@ def check_kwargs(cls: type, kwargs: dict[str, Any], context: ValidationContext) 
         elif value is not None and must_exist(annotation) and not Path(str(value)).expanduser().exists():
             errors.append(context.error(key, value, "an existing path (no such file or directory)"))
     return errors
+
+
+def stage_rule_errors(cls: type, kwargs: dict[str, Any], context: ValidationContext) -> list[ConfigError]:
+    """What ``cls.requires`` and ``cls.validate_config`` say of ``kwargs`` (already checked by :func:`check_kwargs`).
+
+    A runtime the platform cannot run is the only error reported for the stage (its other rules assume it runs
+    here); a device the runtime lacks comes before the stage's own rules. ``validate_config`` receives the bound
+    arguments with the constructor's defaults applied, so it reads every key directly.
+    """
+    bound = inspect.signature(cls).bind(**kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    errors: list[ConfigError] = []
+    if issubclass(cls, Stage) and cls.requires is not None:
+        if unavailable := runtimes.unavailable_error(cls.requires, arguments, context):
+            return [unavailable]
+        if device := runtimes.device_error(cls.requires, arguments, context):
+            errors.append(device)
+    try:
+        cls.validate_config(arguments, context)
+    except ConfigErrors as many:
+        return errors + list(many.errors)
+    except ConfigError as error:
+        return errors + [error]
+    return errors
+
+
+def override_errors(cls: type, kwargs: dict[str, Any], overrides: dict[str, Any], context: ValidationContext) -> list:
+    """What the stage's own rules say of its ``kwargs`` changed by ``overrides`` (a session's or a runtime change)."""
+    return check_kwargs(cls, merged := {**kwargs, **overrides}, context) or stage_rule_errors(cls, merged, context)

@@ -5,8 +5,8 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from s2s.config import stage_rule_errors, validation_context
-from s2s.schema import check_kwargs
+from s2s.config import validation_context
+from s2s.schema import check_kwargs, stage_rule_errors
 from s2s.config_errors import ConfigError
 
 T = TypeVar("T")

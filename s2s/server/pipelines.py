@@ -16,7 +16,7 @@ from typing import Any
 
 from s2s.chat_context import ChatContext
 from s2s.config import StageSpec, validation_context
-from s2s.config import override_errors as stage_override_errors
+from s2s.schema import override_errors as stage_override_errors
 from s2s.config_errors import ConfigError, ValidationContext
 from s2s.graph import set_up
 from s2s.llm.base import LLMStage

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from s2s import audio
 from s2s.config_errors import ConfigErrors, ValidationContext
 from s2s.messages import Data, Message, ReplyAudio, ReplyText
+from s2s.schema import override_errors
 from s2s.stage import Stage
 
 
@@ -54,7 +55,7 @@ class TTSStage(Stage):
     def apply_settings(self, changes: Mapping[str, Any], context: ValidationContext) -> bool:
         """Change constructor keywords of the set-up stage in place, without reloading its model.
 
-        The new values are judged first by the rules a config is judged by (:func:`s2s.config.override_errors`:
+        The new values are judged first by the rules a config is judged by (:func:`s2s.schema.override_errors`:
         the constructor's annotations and ``validate_config``), as the server judges a ``session.update``.
 
         Args:
@@ -69,8 +70,6 @@ class TTSStage(Stage):
         """
         if not set(changes) <= self.runtime_keys:
             return False
-        from s2s.config import override_errors  # deferred: s2s.config is a room above the stages
-
         if errors := override_errors(type(self), self.constructed(), dict(changes), context):
             raise ConfigErrors(errors)
         for key, value in changes.items():
