@@ -14,6 +14,7 @@ import http
 import logging
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -45,8 +46,12 @@ def session_specs(specs: list[StageSpec]) -> list[StageSpec]:
             StageSpec(specs[-1].group, "s2s.server.stages.SocketSink", SocketSink, {})]
 
 
-def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSettings) -> int:
+def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSettings,
+                stop_when: threading.Event | None = None, on_listening: Callable[[int], None] | None = None) -> int:
     """``server.engine=local``: one process, ``max_sessions`` pipelines; serve until SIGINT/SIGTERM.
+
+    A program that embeds the server (:mod:`s2s.api`) runs it in a thread of its own instead: ``stop_when``
+    stops it, and ``on_listening`` is told the bound port once clients can connect.
 
     Returns:
         The exit code: 0 stopped, 1 could not start, 130 interrupted during setup.
@@ -56,7 +61,8 @@ def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSetting
     pool = Pool(specs, settings.max_sessions)
     try:
         pool.setup(warm_up=bool(cfg.runner.warm_up))
-        return asyncio.run(_serve(SessionServer(cfg, specs, pool, settings, Path(cfg.output_dir) / "sessions")))
+        server = SessionServer(cfg, specs, pool, settings, Path(cfg.output_dir) / "sessions")
+        return asyncio.run(_serve(server, stop_when, on_listening))
     except StageSetupError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -69,21 +75,35 @@ def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSetting
         pool.close()
 
 
-async def _serve(server: SessionServer) -> int:
-    """Listen until SIGINT or SIGTERM; returns 0 once stopped."""
+async def _serve(server: SessionServer, stop_when: threading.Event | None,
+                 on_listening: Callable[[int], None] | None) -> int:
+    """Listen until SIGINT or SIGTERM (the main thread) or ``stop_when``; returns 0 once stopped."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
     settings = server.settings
+
+    async def watch() -> None:  # a program's stop, from another thread
+        while stop_when is not None and not stop_when.is_set():
+            await asyncio.sleep(0.05)
+        stop.set()
 
     def announce(port: int) -> None:
         print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="
               f"{settings.max_sessions}, api key {'required' if settings.api_key else 'not required'}); "
               f"sessions' metrics at http://{settings.host}:{port}/v1/sessions; a browser page at "
               f"http://{settings.host}:{port}/", flush=True)
+        if on_listening is not None:
+            on_listening(port)
 
-    await server.run(stop, announce)
+    watcher = asyncio.create_task(watch()) if stop_when is not None else None
+    try:
+        await server.run(stop, announce)
+    finally:
+        if watcher is not None:
+            watcher.cancel()
     log.info("stopping: closing %d session(s)", len(server.active))
     return 0
 

@@ -7,77 +7,30 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
-from s2s.messages import (AudioChunk, Control, Data, Message, ReplyAudio, SpeechSegment, SpeechStarted, TurnConfirmed,
-                          TurnDiscarded)
+from s2s.io.push import CallbackSink, PushSource
+from s2s.messages import Control, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed, TurnDiscarded
 from s2s.server.partials import PartialTranscriber
-from s2s.stage import Source, Stage
+from s2s.stage import Stage
 
-_END = None  # marks the end of a session's input
 PIPELINE_RATE = 16000  # the rate a session feeds its graph: the unit of the session's input clock
 
 
-class SocketSource(Source):
-    """Audio a client appends, already decoded and resampled by the session, as pipeline chunks.
-
-    Args:
-        sample_rate: rate of the chunks it yields (the pipeline's rate).
-    """
-
-    live = True  # it keeps producing while the assistant speaks, like a microphone
-    emits = (AudioChunk,)
+class SocketSource(PushSource):
+    """Audio a client appends, already decoded and resampled by the session, as pipeline chunks."""
 
     def __init__(self, sample_rate: int = PIPELINE_RATE) -> None:
-        self.sample_rate = sample_rate
-        self._inbox: queue.Queue[np.ndarray | None] = queue.Queue()
-
-    def feed(self, samples: np.ndarray) -> None:
-        """Queue float32 samples at ``sample_rate`` (called from the server's event loop)."""
-        if len(samples):
-            self._inbox.put(samples)
-
-    def poke(self) -> None:
-        """An empty chunk: the VAD acts on a client's commit or clear even when no more audio comes."""
-        self._inbox.put(np.zeros(0, dtype=np.float32))
-
-    def end(self) -> None:
-        """No more input: the stream ends, so the graph drains and stops."""
-        self._inbox.put(_END)
-
-    def stream(self) -> Iterator[Message]:
-        while True:
-            samples = self._inbox.get()
-            if samples is _END:
-                return
-            yield AudioChunk(samples, self.sample_rate)
+        super().__init__(sample_rate)
 
     def describe(self) -> dict[str, Any]:
         return {"input": "the client's input_audio_buffer.append (PCM16)"}
 
 
-class SocketSink(Stage):
-    """Hands each block of reply audio to the session, which sends it as ``response.output_audio.delta``.
-
-    Args:
-        deliver: called with every :class:`ReplyAudio` in the sink's thread; None drops the audio.
-    """
-
-    accepts = (ReplyAudio,)
-
-    def __init__(self, deliver: Callable[[ReplyAudio], None] | None = None) -> None:
-        self.deliver = deliver
-
-    def process(self, message: Data) -> Iterator[Message]:
-        assert isinstance(message, ReplyAudio)
-        if self.deliver is not None:
-            self.deliver(message)
-        return iter(())
+class SocketSink(CallbackSink):
+    """Hands each block of reply audio to the session, which sends it as ``response.output_audio.delta``."""
 
     def describe(self) -> dict[str, Any]:
         return {"output": "response.output_audio.delta (PCM16 at the client's rate)"}
