@@ -9,27 +9,17 @@ from __future__ import annotations
 import importlib
 import inspect
 import typing
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
 from s2s.platform import DEVICES, detect, resolve_device, runtimes_unavailable, valid_device
+from s2s.allowlist import ALLOWED_PACKAGE, target_errors
 from s2s.schema import check_kwargs, constraints, describe, device_unavailable, matches, stage_rule_errors
 from s2s.stage import Stage
-
-ALLOWED_PACKAGE = "s2s"
-ALLOWED_TARGETS = (ALLOWED_PACKAGE + ".",)
-# Hydra instantiates its launcher and sweeper from these packages when they are selected through their groups.
-PLUGIN_TARGETS = ("hydra_plugins.", "hydra._internal.core_plugins.")
-PLUGIN_NODES = ("hydra.launcher", "hydra.sweeper")
-# logging.config.dictConfig imports whatever a handler's `class` or a factory's `()` names.
-LOGGING_NODES = ("hydra.hydra_logging", "hydra.job_logging")
-LOGGING_CALLABLES = ("logging.", "colorlog.", "hydra.")
-
 
 # Top-level keys the runner itself reads, with what they accept.
 TOP_LEVEL: dict[str, Any] = {"dry_run": bool, "audio.sample_rate": typing.Annotated[int, Range(8000, 192000)],
@@ -37,51 +27,6 @@ TOP_LEVEL: dict[str, Any] = {"dry_run": bool, "audio.sample_rate": typing.Annota
                              "runner.stop_timeout_s": typing.Annotated[float, Range(0.1, 60)],
                              "runner.warm_up": bool,
                              "runner.first_audio_wait_s": typing.Annotated[float, Range(0, 60)]}
-
-
-def _walk(node: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
-    """(dotted key, key, value) of every leaf and node, without resolving interpolations."""
-    if isinstance(node, DictConfig):
-        for key in node.keys():
-            value = node._get_node(key)
-            dotted = f"{path}.{key}" if path else str(key)
-            yield dotted, key, value
-            yield from _walk(value, dotted)
-    elif isinstance(node, ListConfig):
-        for index in range(len(node)):
-            value = node._get_node(index)
-            yield f"{path}[{index}]", index, value
-            yield from _walk(value, f"{path}[{index}]")
-
-
-def _leaf(value: Any) -> Any:
-    if isinstance(value, (DictConfig, ListConfig)):
-        return None
-    try:
-        return value._value() if hasattr(value, "_value") else value
-    except Exception:  # an unresolvable interpolation is the validator's business, not a target
-        return None
-
-
-def target_errors(cfg: DictConfig) -> list[ConfigError]:
-    """Every ``_target_`` (and logging factory) in the composed config that s2s would not instantiate."""
-    errors = []
-    for dotted, key, node in _walk(cfg, ""):
-        value = _leaf(node)
-        if key == "_target_":
-            parent = dotted.rsplit(".", 1)[0]
-            if isinstance(value, str) and value.startswith(ALLOWED_TARGETS):
-                continue
-            if parent.startswith(PLUGIN_NODES) and isinstance(value, str) and value.startswith(PLUGIN_TARGETS):
-                continue
-            errors.append(ConfigError(dotted, value, "a class inside the 's2s' package (other callables are "
-                                                     "refused for safety; Hydra's launchers and sweepers are "
-                                                     "chosen with hydra/launcher=... and hydra/sweeper=...)"))
-        elif key in ("()", "class") and dotted.startswith(LOGGING_NODES):
-            if not (isinstance(value, str) and value.startswith(LOGGING_CALLABLES)):
-                errors.append(ConfigError(dotted, value, "a logging class (logging.*); other callables are "
-                                                         "refused for safety"))
-    return errors
 
 
 @dataclass

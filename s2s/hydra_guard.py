@@ -5,7 +5,7 @@
 the sweeper from it before the app sees anything. So the guard wraps the method that every composition goes
 through, whatever the flags (runs, sweeps and their jobs, ``--cfg``, ``--info``, the compose API): Hydra's
 ``ConfigLoaderImpl.load_configuration`` (hydra-core is pinned below 1.4, so the hook point is fixed; a test
-checks it). A composed config naming any callable outside the allowlist (:func:`s2s.config.target_errors`)
+checks it). A composed config naming any callable outside the allowlist (:func:`s2s.allowlist.target_errors`)
 stops the program with one ``config error:`` line per target and exit code 2, before anything is instantiated.
 
 ``--experimental-rerun`` is refused outright: it unpickles a file, and unpickling alone can run any code.
@@ -47,7 +47,7 @@ def install() -> None:
 
     @functools.wraps(original)
     def load_configuration(self: Any, *args: Any, **kwargs: Any) -> Any:
-        from s2s.config import target_errors
+        from s2s.allowlist import target_errors
 
         cfg = original(self, *args, **kwargs)
         if problems := [str(error) for error in target_errors(cfg)]:

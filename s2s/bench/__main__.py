@@ -16,6 +16,9 @@ python -m s2s.bench answers [key=value ...] [--sweep-unsure]: the LLM stage alon
 questions with the key words of a right answer): right, confidently wrong or unsure per question and in all, the
 first-5-words latency, peak memory; --sweep-unsure scores the calibration thresholds from the same run.
 
+python -m s2s.bench startup [--rounds N]: `s2s --cfg job` against a bare @hydra.main app on the same configs,
+interleaved; prints both medians and their ratio.
+
 The TTS benchmark is a config option instead (conf/experiment/), so it sweeps like everything else:
 python run.py -m experiment=tts_benchmark tts=...
 """
@@ -69,7 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     turns.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every variant")
     turns.add_argument("--variant", metavar="'key=value ...'", type=str.split, action="append", default=[],
                        help="a variant's overrides (repeatable; default: turn=silence, smart_turn, words)")
+    startup = commands.add_parser("startup", help="s2s --cfg job against a bare @hydra.main app, paired")
+    startup.add_argument("--rounds", type=int, default=10, help="runs of each, interleaved (default 10)")
     args = parser.parse_args(argv)
+    if args.command == "startup":
+        from s2s.bench.startup import bench_startup
+
+        return bench_startup(args.rounds)
     if args.command == "turns":
         return bench_turns(args.overrides, args.variant)
     if args.command in ("recognition", "answers"):
