@@ -65,6 +65,13 @@ class ChatContext:
             self._owners += [turn, turn]
             self._apply_edits(turn)
 
+    def add(self, turn: int, role: str, content: str) -> None:
+        """One message a client brought (a system note, an earlier assistant reply) as ``turn`` of the history."""
+        with self._lock:
+            self._messages.append({"role": role, "content": content})
+            self._owners.append(turn)
+            self._apply_edits(turn)
+
     def discard(self, turn: int) -> None:
         """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
         with self._lock:

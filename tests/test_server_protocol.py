@@ -421,3 +421,38 @@ def test_turn_detection_changes_mid_session_and_the_voice_only_before_audio(serv
         heard = events.until("conversation.item.input_audio_transcription.completed", 120)
         assert "quick" in heard.transcript.lower()
         assert events.until("response.done", 120).response.status == "completed"
+
+
+def test_system_and_assistant_messages_a_client_adds_join_the_history_and_leave_it_when_deleted(echo_server):
+    """What the Agents SDK's updateHistory sends: a system note and an earlier assistant reply, as items."""
+    echo_server.wait_idle()
+    with connect(echo_server) as connection:
+        events = Events(connection)
+        session_id = events.until("session.created", 30).session.id
+        connection.conversation.item.create(item={"type": "message", "role": "system",
+                                                  "content": [{"type": "input_text", "text": "The user is Ada."}]})
+        note = events.until("conversation.item.added", 30)
+        connection.conversation.item.create(item={"type": "message", "role": "assistant",
+                                                  "content": [{"type": "output_text", "text": "Hello, Ada."}]})
+        said = events.until("conversation.item.added", 30, lambda e: e.item.role == "assistant")
+        assert note.item.role == "system" and said.previous_item_id == note.item.id
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Who am I?"}]})
+        connection.response.create()
+        assert events.until("response.done", 120).response.status == "completed"
+
+        def history() -> list[dict]:
+            _, document = echo_server.get("/v1/sessions")
+            return next(s for s in document["sessions"] if s["id"] == session_id)["history"]
+
+        assert history() == [{"role": "system", "content": "The user is Ada."},
+                             {"role": "assistant", "content": "Hello, Ada."},
+                             {"role": "user", "content": "Who am I?"}, {"role": "assistant", "content": "Who am I?"}]
+        connection.conversation.item.delete(item_id=said.item.id)
+        events.until("conversation.item.deleted", 30)
+        assert {"role": "assistant", "content": "Hello, Ada."} not in history()
+        connection.send_raw(json.dumps({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "developer", "content": [{"type": "input_text", "text": "x"}]}}))
+        error = events.until("error", 30).error
+        assert error.param == "item.role" and "user, system, assistant" in error.message
+        assert not [e for e in events.all if e.type == "error" and e is not events.of("error")[-1]]

@@ -94,6 +94,8 @@ class Conversation:
                 self._edit(entry.turn, "user", self._user_text(entry.turn))
             elif entry.role == "assistant" and entry.response is not None and entry.response.transcript:
                 self._edit(entry.turn, "assistant", None)
+            elif entry.role in ("system", "assistant") and entry.response is None:  # a message the client added
+                self._edit(entry.turn, entry.role, None)
             return [event("conversation.item.deleted", item_id=request.item_id)]
         return self._truncate(entry, request)
 

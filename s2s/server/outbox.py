@@ -79,9 +79,10 @@ class ReplySound:
 
 @dataclass(frozen=True)
 class ItemAdded:
-    """A client's item (typed text, a tool's output) joins the conversation."""
+    """A client's item (typed text, a tool's output, a system or assistant message) joins the conversation."""
 
     item: dict[str, Any]
+    turn: int | None = None  # a system or assistant message: its place in the history
 
 
 @dataclass(frozen=True)

@@ -163,12 +163,19 @@ def encode_audio(samples: np.ndarray) -> str:
 
 @dataclass
 class Item:
-    """A ``conversation.item.create`` item: user text or the output of a tool call."""
+    """A ``conversation.item.create`` item: user text, the output of a tool call, or a system or assistant
+    message (history a client brings, e.g. the Agents SDK's ``updateHistory``)."""
 
-    kind: str  # input_text | function_call_output
+    kind: str  # input_text | function_call_output | history (a system or assistant message)
     text: str
     call_id: str | None = None
     item_id: str = field(default_factory=lambda: new_id("item"))
+    role: str = "user"  # of a message: user, system or assistant
+
+
+# the content parts a message of each role may hold, and the key that carries each part's text
+PART_TEXT = {"user": {"input_text": "text"}, "system": {"input_text": "text"},
+             "assistant": {"output_text": "text", "output_audio": "transcript"}}
 
 
 def parse_item_object(item: dict[str, Any], where: str, eid: str | None) -> Item:
@@ -182,19 +189,23 @@ def parse_item_object(item: dict[str, Any], where: str, eid: str | None) -> Item
         raise ProtocolError("invalid_value", f"'{where}type' {kind!r} is not supported; expected 'message' "
                                              f"(with input_text) or 'function_call_output'", f"{where}type", eid)
     check_keys(item, {"type", "id", "object", "status", "role", "content"}, where, eid)
-    if item.get("role", "user") != "user":
-        raise ProtocolError("invalid_value", "only 'user' messages can be added", f"{where}role", eid)
+    role = item.get("role", "user")
+    if role not in PART_TEXT:
+        raise ProtocolError("invalid_value", f"'{where}role' {str(role)[:40]!r} is not one of user, system, "
+                                             f"assistant", f"{where}role", eid)
     content = check_field(item, "content", list, where, eid)
     texts = []
     for index, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "input_text" or not isinstance(part.get("text"), str):
-            raise ProtocolError("invalid_value", f"'{where}content[{index}]' must be {{'type': 'input_text', "
-                                                 f"'text': ...}}", f"{where}content[{index}]", eid)
-        texts.append(part["text"])
+        key = PART_TEXT[role].get(part.get("type")) if isinstance(part, dict) else None
+        if key is None or not isinstance(part.get(key), str):
+            shown = " or ".join(f"{{'type': '{kind}', '{text}': ...}}" for kind, text in PART_TEXT[role].items())
+            raise ProtocolError("invalid_value", f"'{where}content[{index}]' of a {role} message must be {shown}",
+                                f"{where}content[{index}]", eid)
+        texts.append(part[key])
     text = " ".join(t.strip() for t in texts).strip()
     if not text:
         raise ProtocolError("invalid_value", "the message has no text", f"{where}content", eid)
-    return Item("input_text", text, None, item_id)
+    return Item("input_text" if role == "user" else "history", text, None, item_id, role)
 
 
 def parse_item(event: ClientEvent) -> Item:
@@ -270,6 +281,13 @@ def user_item_id(session_id: str, turn: int) -> str:
 def user_text_item(text: str) -> dict[str, Any]:
     return {"id": new_id("item"), "object": "realtime.item", "type": "message", "role": "user",
             "status": "completed", "content": [{"type": "input_text", "text": text}]}
+
+
+def history_item(role: str, text: str) -> dict[str, Any]:
+    """A system or assistant message a client added, as the conversation shows it."""
+    part = {"type": "input_text", "text": text} if role == "system" else {"type": "output_text", "text": text}
+    return {"id": new_id("item"), "object": "realtime.item", "type": "message", "role": role,
+            "status": "completed", "content": [part]}
 
 
 def function_output_item(call_id: str, output: str) -> dict[str, Any]:

@@ -234,6 +234,11 @@ class Session:
         if item.kind == "function_call_output" and self.tools.call(item.call_id or "") is None:
             raise ProtocolError("invalid_value", f"no function call with call_id '{item.call_id}' in this "
                                                  f"session", "item.call_id", client_event.event_id)
+        if item.kind == "history":  # history the client brings: the model sees it from the next turn on
+            turn = self.turns.next()
+            self.chat.add(turn, item.role, item.text)
+            self.outbox.put(ItemAdded({**protocol.history_item(item.role, item.text), "id": item.item_id}, turn))
+            return
         self._pending.append(item)
         shown = (protocol.user_text_item(item.text) if item.kind == "input_text"
                  else protocol.function_output_item(item.call_id or "", item.text))

@@ -166,7 +166,7 @@ class Translator:
     def _item_added(self, message: ItemAdded) -> Events:
         """A client's item: ``conversation.item.created`` (the beta name) and the GA ``added`` / ``done``."""
         item = message.item
-        previous = self.conversation.add(item, role="user" if item["type"] == "message" else None)
+        previous = self.conversation.add(item, message.turn, item.get("role") if item["type"] == "message" else None)
         return [event(kind, previous_item_id=previous, item=item)
                 for kind in ("conversation.item.created", "conversation.item.added", "conversation.item.done")]
 
