@@ -30,22 +30,26 @@ class ChatContext:
         self.system_prompt = system_prompt
         self.log_content = log_content
         self.tools: Any = KEEP  # a Toolbox, None (no tools) or KEEP: the stage's own llm.tools
+        self.spoken = True  # replies are said aloud; False: text only (output_modalities ["text"])
         self._messages: list[dict[str, Any]] = []
         self._owners: list[int] = []  # the turn each message belongs to
         self._plans: dict[int, tuple[Any, Any, bool]] = {}  # turn -> (instructions, toolbox, remember)
         self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
         self._lock = threading.Lock()
 
-    def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True) -> None:
+    def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True,
+                  spoken: Any = KEEP) -> None:
         """Options for ``turn`` alone: its own instructions (None: no system prompt), its own tools (None: none),
-        and whether the exchange stays in the history (a realtime client's out-of-band response does not)."""
+        whether the exchange stays in the history (a realtime client's out-of-band response does not) and
+        whether the reply is said aloud."""
         with self._lock:
-            self._plans[turn] = (instructions, toolbox, remember)
+            self._plans[turn] = (instructions, toolbox, remember, spoken)
 
-    def take_plan(self, turn: int) -> tuple[Any, Any, bool]:
-        """``turn``'s plan, once: (instructions, toolbox, remember), KEEP where it gave none."""
+    def take_plan(self, turn: int) -> tuple[Any, Any, bool, bool]:
+        """``turn``'s plan, once: (instructions, toolbox (KEEP where it gave none), remember, spoken)."""
         with self._lock:
-            return self._plans.pop(turn, (KEEP, KEEP, True))
+            instructions, toolbox, remember, spoken = self._plans.pop(turn, (KEEP, KEEP, True, KEEP))
+        return instructions, toolbox, remember, self.spoken if spoken is KEEP else spoken
 
     def edit(self, turn: int, role: str, content: str | None) -> None:
         """The client changed its copy of the conversation: ``role``'s message of ``turn`` now says ``content``.

@@ -72,6 +72,7 @@ class ReplyText(Data):
     text: str
     turn: int
     language: str | None = None
+    spoken: bool = True  # False: a text-only reply (a realtime client's output_modalities ["text"]); no TTS
 
 
 @dataclass(frozen=True, eq=False)

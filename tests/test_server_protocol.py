@@ -456,3 +456,36 @@ def test_system_and_assistant_messages_a_client_adds_join_the_history_and_leave_
         error = events.until("error", 30).error
         assert error.param == "item.role" and "user, system, assistant" in error.message
         assert not [e for e in events.all if e.type == "error" and e is not events.of("error")[-1]]
+
+
+def test_a_text_only_session_or_response_gets_text_events_and_no_audio(echo_server):
+    """output_modalities ["text"]: the reply streams as response.output_text.*, the TTS says nothing."""
+    echo_server.wait_idle()
+    with connect(echo_server) as connection:
+        events = Events(connection)
+        events.until("session.created", 30)
+        connection.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+        assert events.until("session.updated", 30).session.output_modalities == ["text"]
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Hello there."}]})
+        connection.response.create()
+        done = events.until("response.done", 120)
+        assert done.response.status == "completed" and done.response.output_modalities == ["text"]
+        assert done.response.output[0].content[0].type == "output_text"
+        assert "Hello there" in events.of("response.output_text.done")[-1].text
+        assert "".join(e.delta for e in events.of("response.output_text.delta")).strip() == "Hello there."
+        assert not events.of("response.output_audio.delta") and not events.of("response.output_audio.done")
+
+        connection.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
+        events.until("session.updated", 30)
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Good morning."}]})
+        connection.response.create(response={"output_modalities": ["text"]})  # this response alone
+        second = events.until("response.done", 120, lambda e: e.response.id != done.response.id)
+        assert second.response.output_modalities == ["text"] and not events.of("response.output_audio.delta")
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": "Say it aloud."}]})
+        connection.response.create()  # the session's modality again: spoken
+        third = events.until("response.done", 120, lambda e: e.response.id not in (done.response.id,
+                                                                                  second.response.id))
+        assert third.response.output_modalities == ["audio"] and events.of("response.output_audio.delta")

@@ -114,8 +114,10 @@ def test_response_create_carries_its_own_instructions_tools_and_conversation():
     assert [item.text for item in out_of_band.input] == ["Sum it up."] and out_of_band.metadata == {"topic": "t"}
     assert request({"tools": [TOOL], "tool_choice": {"type": "function", "name": "get_weather"}}).tools[0]["name"] == \
         "get_weather"
+    assert request({"output_modalities": ["text"]}).text_only and request({}).text_only is None
     for bad, param in (({"conversation": "other"}, "response.conversation"),
-                       ({"output_modalities": ["text"]}, "response.output_modalities"),
+                       ({"output_modalities": ["text", "audio"]}, "response.output_modalities"),
+                       ({"output_modalities": []}, "response.output_modalities"),
                        ({"voice": "alloy"}, "response.voice")):
         with pytest.raises(ProtocolError) as refused:
             request(bad)

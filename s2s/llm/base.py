@@ -141,9 +141,9 @@ class LLMStage(Stage):
         splitter = SentenceSplitter(first_chunk_words=self.first_chunk_words,
                                     first_chunk_min_words=self.first_chunk_min_words, stop_on_repeat=True)
         finished = False
-        spoken: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
+        said: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
         context = self.context  # the conversation this turn belongs to, even if another is lent meanwhile
-        instructions, planned_tools, keep = context.take_plan(message.turn)
+        instructions, planned_tools, keep, spoken = context.take_plan(message.turn)
         messages = self.chat_messages(message.text, instructions, message.language)
         if message.speculative and TurnVerdict in self.wanted:  # the VAD asks: do these words end the turn?
             probability = self.end_of_turn_probability(messages)
@@ -151,16 +151,16 @@ class LLMStage(Stage):
                 yield TurnVerdict(message.turn, probability)
         try:
             self._toolbox = self.toolbox(planned_tools)
-            yield from self._reply(message, messages, splitter, spoken, start, context.log_content)
+            yield from self._reply(message, messages, splitter, said, start, context.log_content, spoken)
             finished = True
         finally:  # also when the runner closes the generator (barge-in, cancel, stop)
             if keep:
                 context.remember(message.turn, message.text,
-                                 splitter.text.strip() if finished else " ".join(spoken))
+                                 splitter.text.strip() if finished else " ".join(said))
         yield TurnEnd(message.turn)
 
     def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
-               spoken: list[str], start: float, log_content: bool) -> Iterator[Message]:
+               said: list[str], start: float, log_content: bool, spoken: bool = True) -> Iterator[Message]:
         """Stream one reply, running the tools it calls, and yield its sentences as they end.
 
         Each round streams ``messages`` through ``stream``: text pieces go through ``splitter`` and leave as
@@ -174,9 +174,10 @@ class LLMStage(Stage):
             message: the user's transcript (its turn and language label every output).
             messages: the chat so far, ending with the user's text.
             splitter: cuts the reply into TTS chunks; it keeps the whole reply's text for the history.
-            spoken: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
+            said: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
             start: ``perf_counter`` when the turn began, for the first-token metric.
             log_content: tool calls' arguments and results may be logged (the context's choice).
+            spoken: the reply is said aloud (False: text only, the TTS passes it by).
         """
         first, failed, capped = True, False, False
         for round_ in range(MAX_TOOL_ROUNDS + 1):
@@ -201,8 +202,8 @@ class LLMStage(Stage):
                         yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
                     for sentence in splitter.feed(piece):
                         if text := clean_for_speech(sentence):
-                            yield ReplyText(text, message.turn, message.language)
-                            spoken.append(text)
+                            yield ReplyText(text, message.turn, message.language, spoken)
+                            said.append(text)
                     if splitter.repeated:
                         log.info("turn %d: the reply repeated a sentence; stopped there", message.turn)
                         break
@@ -229,5 +230,5 @@ class LLMStage(Stage):
                 splitter.trim()
             for sentence in splitter.finish():
                 if text := clean_for_speech(sentence):
-                    yield ReplyText(text, message.turn, message.language)
-                    spoken.append(text)
+                    yield ReplyText(text, message.turn, message.language, spoken)
+                    said.append(text)

@@ -87,6 +87,7 @@ class SessionUpdate:
     tool_choice: str | dict[str, Any] | None = None
     speed: float | None = None
     transcription: bool | None = None  # False: the client set transcription null (no transcription events)
+    text_only: bool | None = None  # output_modalities ["text"]: replies in text, not said aloud
     acknowledged: dict[str, Any] = field(default_factory=dict)
 
 
@@ -251,6 +252,7 @@ class ResponseRequest:
     out_of_band: bool = False  # conversation "none": the reply stays out of the conversation and the history
     input: list[Item] | None = None  # its own input items instead of the conversation's new ones
     metadata: dict[str, Any] | None = None
+    text_only: bool | None = None  # output_modalities ["text"] (None: the session's)
 
 
 def check_bare(event: ClientEvent) -> None:
@@ -300,17 +302,18 @@ def function_call_item(item_id: str, call_id: str, name: str, arguments: str) ->
             "status": "completed", "object": "realtime.item"}
 
 
-def assistant_item(item_id: str, transcript: str, completed: bool) -> dict[str, Any]:
-    """The spoken reply of a response; ``completed`` False when it was cut short (cancelled, failed)."""
+def assistant_item(item_id: str, transcript: str, completed: bool, text_only: bool = False) -> dict[str, Any]:
+    """The reply of a response, spoken (its transcript) or text only; ``completed`` False when it was cut short."""
+    part = {"type": "output_text", "text": transcript} if text_only else {"type": "output_audio",
+                                                                           "transcript": transcript}
     return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
-            "status": "completed" if completed else "incomplete",
-            "content": [{"type": "output_audio", "transcript": transcript}]}
+            "status": "completed" if completed else "incomplete", "content": [part]}
 
 
 def response_object(response_id: str, status: str, output: list[dict[str, Any]] | None = None,
                     reason: str | None = None, metadata: dict[str, Any] | None = None,
-                    out_of_band: bool = False) -> dict[str, Any]:
+                    out_of_band: bool = False, text_only: bool = False) -> dict[str, Any]:
     details = None if status == "in_progress" else {"type": status, "reason": reason}
     return {"id": response_id, "object": "realtime.response", "status": status, "status_details": details,
-            "output": output or [], "output_modalities": ["audio"], "metadata": metadata,
+            "output": output or [], "output_modalities": ["text" if text_only else "audio"], "metadata": metadata,
             "conversation_id": None if out_of_band else "conv_s2s"}

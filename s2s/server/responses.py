@@ -73,6 +73,7 @@ class Response:
     chunks: dict[int, str] = field(default_factory=dict)  # piece number in the turn -> its text
     chunk_audio: dict[int, float] = field(default_factory=dict)  # piece number -> seconds of audio sent of it
     resampler: Any = None  # its audio at the client's rate: one stream for the whole reply (no clicks)
+    text_only: bool = False  # output_modalities ["text"]: text events, no audio
 
     @property
     def finished(self) -> bool:
@@ -147,9 +148,10 @@ class ResponseQueue:
 
     # ------------------------------------------------------------------ moves
     def add(self, turn: int, user_text: str | None = None, out_of_band: bool = False,
-            metadata: dict[str, Any] | None = None) -> list[Step]:
+            metadata: dict[str, Any] | None = None, text_only: bool = False) -> list[Step]:
         """A new response for ``turn`` (its transcript, or tool outputs that continue it); opens when it can."""
         response = Response(turn, user_text, out_of_band, metadata)
+        response.text_only = text_only
         self._by_turn[turn] = response
         self._queue.append(response)
         return self._open_next()

@@ -161,6 +161,7 @@ class Session:
         old, self.settings = self.settings, new
         if update.instructions is not None:
             self.chat.system_prompt = new.instructions  # read at the next turn
+        self.chat.spoken = not new.text_only
         if new.input_rate != old.input_rate:
             self._resampler = None
         if old.turn_detection.manual and not new.turn_detection.manual:
@@ -277,7 +278,7 @@ class Session:
     def _plan(self, request: protocol.ResponseRequest, eid: str | None) -> dict[str, Any] | None:
         """What this response changes for its turn alone: its instructions, its tools, staying out of the history."""
         if request.instructions is None and request.tools is None and request.tool_choice is None \
-                and not request.out_of_band:
+                and not request.out_of_band and request.text_only is None:
             return None
         if not isinstance(self.pipeline.llm, LLMStage):
             raise ProtocolError("invalid_value", f"llm {type(self.pipeline.llm).__name__} takes no per-response "
@@ -293,7 +294,8 @@ class Session:
                                     f"the tools", "response.tool_choice.name", eid)
             toolbox = self.tools.toolbox(tools, choice)
         return {"instructions": KEEP if request.instructions is None else request.instructions, "toolbox": toolbox,
-                "remember": not request.out_of_band}
+                "remember": not request.out_of_band,
+                "spoken": KEEP if request.text_only is None else not request.text_only}
 
     def _typed_turn_text(self, items: list[protocol.Item]) -> str:
         """The user text of a typed turn: the input_text items, and each function output named by its call."""

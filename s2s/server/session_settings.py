@@ -130,6 +130,7 @@ class SessionSettings:
     tool_choice: str | dict[str, Any] = "auto"
     speed: float = 1.0
     transcription: bool = True
+    text_only: bool = False  # output_modalities ["text"]: replies in text, not said aloud
 
     @property
     def vad_overrides(self) -> dict[str, Any]:
@@ -173,7 +174,7 @@ class SessionSettings:
                                 f"session's tools", "session.tool_choice.name", event_id)
         named = {key: getattr(update, key) for key in ("instructions", "voice", "input_rate", "output_rate",
                                                          "turn_detection", "tools", "tool_choice", "speed",
-                                                         "transcription")}
+                                                         "transcription", "text_only")}
         return dataclasses.replace(self, **{key: value for key, value in named.items() if value is not None})
 
     def view(self, session_id: str, model: str, transcription_model: str,
@@ -206,7 +207,7 @@ class SessionSettings:
                      "create_response": True}
         return {
             "type": "realtime", "object": "realtime.session", "id": session_id, "model": model,
-            "output_modalities": ["audio"], "instructions": self.instructions or "",
+            "output_modalities": ["text" if self.text_only else "audio"], "instructions": self.instructions or "",
             "tools": self.tools, "tool_choice": self.tool_choice, "tracing": None, "prompt": None,
             "max_output_tokens": "inf", "truncation": "auto",
             "audio": {

@@ -194,10 +194,8 @@ def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionU
         raise ProtocolError("invalid_session_type", f"'session.type' {session.get('type')!r} is not supported; "
                                                     f"expected 'realtime'", "session.type", eid)
     check_field(session, "model", str, "session.", eid, required=False)  # accepted and ignored: the config decides
-    modalities = check_field(session, "output_modalities", list, "session.", eid, required=False)
-    if modalities is not None and "audio" not in modalities:
-        raise _error("'session.output_modalities' must include 'audio'", "session.output_modalities", eid)
     update = SessionUpdate(acknowledged=_acknowledged(session, eid))
+    update.text_only = text_only(session, "session.", eid)
     update.instructions = check_field(session, "instructions", str, "session.", eid, required=False)
     if update.instructions is not None and len(update.instructions) > limits.max_instructions_chars:
         raise _error(f"'session.instructions' has {len(update.instructions)} characters; at most "
@@ -242,6 +240,18 @@ def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionU
 
 # response.create: instructions, tools, tool_choice, conversation, input and metadata apply to that response;
 # max_output_tokens, prompt, parallel_tool_calls, reasoning and audio are accepted and left alone
+def text_only(node: dict[str, Any], where: str, eid: str | None) -> bool | None:
+    """``output_modalities``: ``["audio"]`` (spoken, with its transcript) or ``["text"]`` (text only, no audio);
+    None when not given."""
+    modalities = check_field(node, "output_modalities", list, where, eid, required=False)
+    if modalities is None:
+        return None
+    if modalities not in (["audio"], ["text"]):
+        raise ProtocolError("invalid_value", f"'{where}output_modalities' must be [\"audio\"] (spoken, with its "
+                                             f"transcript) or [\"text\"] (text only)", f"{where}output_modalities", eid)
+    return modalities == ["text"]
+
+
 RESPONSE_KEYS = {"output_modalities", "metadata", "instructions", "tool_choice", "tools", "conversation", "input",
                  "max_output_tokens", "prompt", "parallel_tool_calls", "reasoning", "audio"}
 
@@ -252,12 +262,9 @@ def parse_response_create(event: ClientEvent) -> ResponseRequest:
     check_keys(event.body, {"type", "event_id", "response"}, "", eid)
     body = check_field(event.body, "response", dict, "", eid, required=False) or {}
     check_keys(body, RESPONSE_KEYS, "response.", eid)
-    modalities = check_field(body, "output_modalities", list, "response.", eid, required=False)
-    if modalities is not None and "audio" not in modalities:
-        raise ProtocolError("invalid_value", "'response.output_modalities' must include 'audio': every reply is "
-                                             "spoken", "response.output_modalities", eid)
     request = ResponseRequest(instructions=check_field(body, "instructions", str, "response.", eid, required=False),
-                              metadata=check_field(body, "metadata", dict, "response.", eid, required=False))
+                              metadata=check_field(body, "metadata", dict, "response.", eid, required=False),
+                              text_only=text_only(body, "response.", eid))
     conversation = body.get("conversation", "auto")
     if conversation not in ("auto", "none"):
         raise ProtocolError("invalid_value", "'response.conversation' must be 'auto' or 'none'",

@@ -161,7 +161,11 @@ class Translator:
                                  item=item))
         request = self.requests.get(message.turn, ResponseRequest())
         return out + self._steps(self.responses.add(message.turn, message.text, request.out_of_band,
-                                                    request.metadata))
+                                                    request.metadata, self._text_only(request)))
+
+    def _text_only(self, request: ResponseRequest) -> bool:
+        """The response's output_modalities is ["text"]: its own, else the session's."""
+        return self.settings().text_only if request.text_only is None else request.text_only
 
     def _item_added(self, message: ItemAdded) -> Events:
         """A client's item: ``conversation.item.created`` (the beta name) and the GA ``added`` / ``done``."""
@@ -180,7 +184,8 @@ class Translator:
         call = self.tools.call(message.outputs[0][0])
         assert call is not None  # the handler only sends outputs for calls the LLM waits on
         request = self.requests.get(call.turn, ResponseRequest())
-        out = self._steps(self.responses.add(call.turn, None, request.out_of_band, request.metadata))
+        out = self._steps(self.responses.add(call.turn, None, request.out_of_band, request.metadata,
+                                             self._text_only(request)))
         for call_id, output in message.outputs:
             if not self.tools.deliver(call_id, output):
                 log.info("session %s: output for %s came too late", self.session_id, call_id)
@@ -226,11 +231,12 @@ class Translator:
 
     def _opened(self, response: Response) -> Events:
         shown = protocol.response_object(response.id, State.ACTIVE.value, metadata=response.metadata,
-                                         out_of_band=response.out_of_band)
+                                         out_of_band=response.out_of_band, text_only=response.text_only)
         item = {**protocol.assistant_item(response.item_id, "", True), "status": "in_progress", "content": []}
+        part = {"type": "text", "text": ""} if response.text_only else {"type": "audio", "transcript": ""}
         return [event("response.created", response=shown), *self._added(response, item, 0, "assistant"),
                 event("response.content_part.added", response_id=response.id, item_id=response.item_id,
-                      output_index=0, content_index=0, part={"type": "audio", "transcript": ""})]
+                      output_index=0, content_index=0, part=part)]
 
     def _output(self, response: Response, part: ReplyWords | ReplySound | ToolCalled) -> Events:
         ids = {"response_id": response.id, "item_id": response.item_id, "output_index": 0, "content_index": 0}
@@ -238,7 +244,10 @@ class Translator:
             delta = (" " if response.transcript else "") + part.text
             response.transcript.append(part.text)
             response.chunks[part.chunk if part.chunk >= 0 else len(response.chunks)] = part.text
-            return [event("response.output_audio_transcript.delta", delta=delta, **ids)]
+            kind = "response.output_text.delta" if response.text_only else "response.output_audio_transcript.delta"
+            return [event(kind, delta=delta, **ids)]
+        if isinstance(part, ReplySound) and response.text_only:
+            return []  # a text-only reply has no audio (the TTS passes its text by)
         if isinstance(part, ReplySound):
             rate, resampler = self.settings().output_rate, response.resampler
             tail: Events = []
@@ -277,7 +286,8 @@ class Translator:
         status = response.state.value
         ids = {"response_id": response.id, "item_id": response.item_id, "output_index": 0, "content_index": 0}
         transcript = " ".join(response.transcript)
-        message = protocol.assistant_item(response.item_id, transcript, response.state is State.COMPLETED)
+        message = protocol.assistant_item(response.item_id, transcript, response.state is State.COMPLETED,
+                                          response.text_only)
         output = [message, *response.calls]
         if response.state is State.CANCELLED and response.user_text is not None and not response.out_of_band:
             # what reached the client stays in the history, the rest of the reply does not
@@ -285,7 +295,11 @@ class Translator:
         log.info("session %s: response %s %s (%.2f s of audio)%s", self.session_id, response.id[-6:], status,
                  response.audio_s, f", {response.reason}" if response.reason else "")
         shown = protocol.response_object(response.id, status, output, response.reason, response.metadata,
-                                         response.out_of_band)
+                                         response.out_of_band, response.text_only)
+        if response.text_only:
+            return [event("response.output_text.done", text=transcript, **ids),
+                    event("response.content_part.done", **ids, part={"type": "text", "text": transcript}),
+                    *self._done(response, message, 0), event("response.done", response=shown)]
         # a completed reply's last milliseconds, which the resampler held back (a cancelled one stops where it was)
         tail = self._sound(response, max(response.chunks, default=0)) if response.state is State.COMPLETED else []
         return [*tail, event("response.output_audio.done", **ids),

@@ -98,6 +98,8 @@ class TTSStage(Stage):
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, ReplyText)
+        if not message.spoken:  # a text-only reply: nothing to say aloud
+            return
         blocks = self.synthesize(message.text, message.language)
         shaper = audio.PauseShaper(self.sample_rate, self.lead_silence_s, self.max_pause_s)
         converted = (audio.to_pipeline(block, self.sample_rate) for block in blocks)
