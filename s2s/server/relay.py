@@ -6,7 +6,10 @@ free pipelines; a replica answers with ``session.created`` (the session is its, 
 ways until one side closes) or, when full, with ``session_limit_reached`` (the front asks the next one). When
 every replica refuses, the client gets ``session_limit_reached`` and close code 1013, as from a local server.
 A replica that vanishes mid-session (its process killed, its node gone) ends its sessions with an ``error``
-event and close code 1011; the other replicas' sessions go on.
+event and close code 1011; the other replicas' sessions go on. A front that is stopped (Ray Serve replacing
+it, the application shut down) ends every session it relays with an ``error`` event and close code 1012
+(service restart), so clients know to connect again; a front whose process is killed outright can send nothing,
+and its clients see the connection drop (1006) while Ray Serve starts another.
 
 Replicas announce themselves by a heartbeat (:meth:`ReplicaTable.update`, every second: address, pipelines,
 sessions active); one silent for :data:`STALE_S` or refusing connections is not asked again until it is
@@ -36,6 +39,8 @@ STALE_S = 3.0  # a replica not heard from for this long is not asked for session
 FORGET_S = 120.0  # ... and is dropped from the read-outs after this long
 OPEN_TIMEOUT_S = 5.0  # connecting to a replica and reading its first event
 FAILED_CLOSE = 1011  # the replica holding the session failed
+RESTART_CLOSE = 1012  # the front is stopping (service restart): connect again
+GOODBYE_S = 3.0  # how long a stopping front spends telling its clients
 
 
 @dataclass
@@ -122,9 +127,40 @@ class Front:
         self.table = ReplicaTable()
         self.refused = 0
         self.failed: deque[dict[str, Any]] = deque(maxlen=200)  # sessions ended by their replica's failure
+        self._clients: set[Any] = set()  # connections whose session this front relays now
 
     async def run(self, stop: asyncio.Event, on_listening: Callable[[int], None]) -> None:
-        await listen(self.handler, self.settings, self, stop, on_listening)
+        """Serve until ``stop``; then tell every relayed client that the front is going, before the port closes."""
+        closing = asyncio.Event()
+
+        async def goodbye() -> None:
+            await stop.wait()
+            await self._goodbye()
+            closing.set()
+
+        task = asyncio.create_task(goodbye())
+        try:
+            await listen(self.handler, self.settings, self, closing, on_listening)
+        finally:
+            task.cancel()
+
+    async def _goodbye(self) -> None:
+        """An ``error`` event and close code 1012 to each relayed client (at most :data:`GOODBYE_S` in all)."""
+        from websockets.exceptions import ConnectionClosed
+
+        error = ProtocolError("server_error", "this server's front is restarting; start a new session in a "
+                                              "moment (the server goes on)")
+
+        async def tell(connection: Any) -> None:
+            try:
+                await connection.send(dumps(protocol.error_event(error)))
+                await connection.close(RESTART_CLOSE, "service restart")
+            except ConnectionClosed:
+                pass
+
+        if self._clients:
+            log.info("front stopping: telling %d session(s) to connect again", len(self._clients))
+            await asyncio.wait([asyncio.create_task(tell(c)) for c in list(self._clients)], timeout=GOODBYE_S)
 
     async def handler(self, connection: Any) -> None:
         """One client: find it a replica (or refuse it), then relay until either side closes."""
@@ -145,10 +181,12 @@ class Front:
         upstream, first = opened
         session_id = json.loads(first).get("session", {}).get("id")
         entry.relayed += 1
+        self._clients.add(connection)
         try:
             await connection.send(first)
             await self._relay(connection, upstream, entry, session_id)
         finally:
+            self._clients.discard(connection)
             entry.relayed -= 1
 
     async def _open(self, entry: ReplicaEntry, path: str) -> tuple[Any, str] | None:

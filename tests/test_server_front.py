@@ -1,0 +1,46 @@
+"""The front of server.engine=ray without Ray: a relayed session, then the front stopping (as Serve stops it).
+
+The replica is a real realtime server (s2s.api.Server, llm=echo) that takes only the replica key; the front is
+the same class Ray Serve runs, on its own loop thread, told of the replica as a heartbeat would tell it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+from s2s.api import Server
+from s2s.server.ray_app import LoopThread
+from s2s.server.relay import RESTART_CLOSE, Front
+from s2s.server.settings import read_settings
+
+websockets_sync = pytest.importorskip("websockets.sync.client")
+ConnectionClosed = pytest.importorskip("websockets.exceptions").ConnectionClosed
+CLIENT_KEY, REPLICA_KEY = "client-key-0123456789abcdef", "replica-key-0123456789abcdef"
+
+
+def test_a_stopping_front_tells_each_relayed_client_to_connect_again(tmp_path):
+    with Server("llm=echo", "server.port=0", f"server.api_key={REPLICA_KEY}", output_dir=tmp_path) as replica:
+        configured, _ = read_settings(replica.cfg)  # the front's limits are the config's, as on Ray
+        settings = dataclasses.replace(configured, port=0, api_key=CLIENT_KEY)
+        front = Front(settings, 1, REPLICA_KEY)
+        front.table.update({"replica": "r1", "actor": "a1", "node": "127.0.0.1", "pid": os.getpid(),
+                            "host": "127.0.0.1", "port": replica.port, "max_sessions": 1, "active": 0,
+                            "refused": 0})
+        loop = LoopThread("test-front", front.run)
+        port = loop.start()
+        with websockets_sync.connect(f"ws://127.0.0.1:{port}/v1/realtime",
+                                     additional_headers={"Authorization": f"Bearer {CLIENT_KEY}"},
+                                     open_timeout=10) as client:
+            assert json.loads(client.recv(timeout=30))["type"] == "session.created"
+            loop.stop()  # what Serve's graceful shutdown of the front does
+            events = []
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    events.append(json.loads(client.recv(timeout=10)))
+        assert [e["type"] for e in events][-1:] == ["error"]
+        assert events[-1]["error"]["code"] == "server_error" and "start a new session" in events[-1]["error"]["message"]
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == RESTART_CLOSE
+        assert not loop.alive
