@@ -47,7 +47,7 @@ class ConfigProblems(ValueError):
 
 def _checked(overrides: list[str], output_dir: Path) -> tuple[Any, list[StageSpec]]:
     """The composed config of ``overrides`` (platform detected) and its stages, or :class:`ConfigProblems`."""
-    from s2s import cli, hydra_guard, job
+    from s2s import preflight, hydra_guard, job
     from s2s.compose import compose, prepare_argv
     from s2s.platform import fix_allocator
 
@@ -55,7 +55,7 @@ def _checked(overrides: list[str], output_dir: Path) -> tuple[Any, list[StageSpe
     hydra_guard.install()  # every config Hydra composes is checked, as on the command line
     argv = prepare_argv(overrides)
     try:
-        problems = cli.check(argv)
+        problems = preflight.check(argv)
     except hydra_guard.UnsafeConfig as unsafe:  # a SystemExit for the command line; an exception here
         raise ConfigProblems(unsafe.problems) from None
     if problems:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from s2s import cli, compose, hydra_guard
+from s2s import preflight, compose, hydra_guard
 
 # subcommand -> the overrides it stands for (added unless the user sets the same key)
 SHORTCUTS: dict[str, tuple[str, ...]] = {"local": ("source=mic", "sink=speaker"), "serve": ("server=realtime",)}
@@ -51,8 +51,8 @@ def run_hydra(args: list[str]) -> int:
     fix_allocator()  # before any model loads: freed models' memory goes back (sweeps, pooled pipelines)
     sys.argv = ["s2s", *compose.prepare_argv(args)]
     hydra_guard.install()  # before anything is composed: every config Hydra composes is checked
-    if not set(sys.argv[1:]) & SHOW_ONLY and (problems := cli.check(sys.argv[1:])):
-        cli.fail(problems)
+    if not set(sys.argv[1:]) & SHOW_ONLY and (problems := preflight.check(sys.argv[1:])):
+        preflight.fail(problems)
     main()
     return 0
 

@@ -20,7 +20,7 @@ from typing import Protocol
 from s2s.messages import (AudioChunk, Control, Data, EndOfStream, Message, Metric, ReplyAudio, ReplyText,
                           SpeechSegment, Transcript, TurnDiscarded, TurnEnd)
 from s2s.stage import Source, Stage
-from s2s.turns import TurnGate
+from s2s.turn_gate import TurnGate
 
 log = logging.getLogger(__name__)
 

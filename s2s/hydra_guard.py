@@ -1,6 +1,6 @@
 """The ``_target_`` allowlist at the one point where Hydra composes every config it will act on.
 
-:func:`s2s.cli.check` explains a command line ahead of Hydra, but only for s2s's own primary config; with
+:func:`s2s.preflight.check` explains a command line ahead of Hydra, but only for s2s's own primary config; with
 ``-cp``, ``-cn`` or ``-cd`` Hydra composes another one, and it instantiates ``hydra.callbacks``, the launcher and
 the sweeper from it before the app sees anything. So the guard wraps the method that every composition goes
 through, whatever the flags (runs, sweeps and their jobs, ``--cfg``, ``--info``, the compose API): Hydra's

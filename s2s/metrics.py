@@ -2,7 +2,7 @@
 
 Stages do not time themselves: the runner reports when each stage starts and finishes a message and when it
 emits one, and the roles follow from message types (whoever emits a Transcript is the STT, and so on). Which
-turns stand is the turn gate's to say (s2s/turns.py): the Recorder listens to it.
+turns stand is the turn gate's to say (s2s/turn_gate.py): the Recorder listens to it.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from s2s import audio
 from s2s.platform import machine_info, peak_memory_mb
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, Transcript,
                           TurnConfirmed, TurnEnd)
-from s2s.turns import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, TurnGate
+from s2s.turn_gate import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, TurnGate
 
 log = logging.getLogger("s2s.metrics")
 
@@ -107,7 +107,7 @@ class Turn:
 
 
 class TurnListener(Protocol):
-    """Told of each turn once its record is final, and of the end (a tracer: :mod:`s2s.turn_spans`)."""
+    """Told of each turn once its record is final, and of the end (a tracer: :mod:`s2s.spans`)."""
 
     def turn_finished(self, turn: Turn, record: dict[str, Any]) -> None: ...
 

@@ -2,7 +2,7 @@
 
 The ``tracing`` group binds to one of the settings classes below, as a stage's group binds to its constructor:
 their annotations say what each key may be, and :func:`read_settings` checks them before anything loads. The
-spans are built from the metrics Recorder's records once a turn is over (:mod:`s2s.turn_spans`), with the times
+spans are built from the metrics Recorder's records once a turn is over (:mod:`s2s.spans`), with the times
 the Recorder measured, so nothing runs on the audio path; a BatchSpanProcessor exports them from its own thread.
 A backend that is down costs one warning and the spans of the time it is down, never a turn's time; at the end,
 the last spans get at most ``shutdown_timeout_s`` to leave (none when the backend is already known to be down).
@@ -328,7 +328,7 @@ def follow(cfg: DictConfig, recorder: Recorder, kind: str, specs: list[StageSpec
     exporting = start(cfg)
     if exporting is None:
         return
-    from s2s.turn_spans import TurnSpans
+    from s2s.spans import TurnSpans
 
     recorder.listen(TurnSpans(exporting.tracer, kind, specs, recorder, attributes or {}, exporting.settings.text))
 

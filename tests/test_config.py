@@ -203,8 +203,8 @@ def test_cli_validation_errors_exit_2_before_loading(tmp_path):
 
 
 def test_the_command_line_is_checked_ahead_of_hydra_through_its_public_api():
-    """cli.check composes what Hydra will compose; Hydra's internals are never patched."""
-    from s2s.cli import check
+    """preflight.check composes what Hydra will compose; Hydra's internals are never patched."""
+    from s2s.preflight import check
 
     [line] = check(["tts=nope", "platform=linux"])
     assert line.startswith("tts=nope: unknown option for config group 'tts'; valid: ") and "kokoro_onnx" in line

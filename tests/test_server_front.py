@@ -13,7 +13,7 @@ import pytest
 
 from s2s.api import Server
 from s2s.server.ray_app import LoopThread
-from s2s.server.relay import RESTART_CLOSE, Front
+from s2s.server.relay import RESTART_CLOSE, Relay
 from s2s.server.settings import read_settings
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
@@ -25,7 +25,7 @@ def test_a_stopping_front_tells_each_relayed_client_to_connect_again(tmp_path):
     with Server("llm=echo", "server.port=0", f"server.api_key={REPLICA_KEY}", output_dir=tmp_path) as replica:
         configured, _ = read_settings(replica.cfg)  # the front's limits are the config's, as on Ray
         settings = dataclasses.replace(configured, port=0, api_key=CLIENT_KEY)
-        front = Front(settings, 1, REPLICA_KEY)
+        front = Relay(settings, 1, REPLICA_KEY)
         front.table.update({"replica": "r1", "actor": "a1", "node": "127.0.0.1", "pid": os.getpid(),
                             "host": "127.0.0.1", "port": replica.port, "max_sessions": 1, "active": 0,
                             "refused": 0})

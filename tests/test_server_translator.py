@@ -18,7 +18,7 @@ from s2s.server.responses import ResponseQueue
 from s2s.server.session_settings import SessionSettings
 from s2s.server.tools import ToolBridge
 from s2s.server.translator import DELTA_S, Translator
-from s2s.turns import TurnGate
+from s2s.turn_gate import TurnGate
 
 TOOL = {"type": "function", "name": "get_weather", "description": "", "parameters": {"type": "object"}}
 

@@ -20,7 +20,7 @@ from s2s.graph import Graph
 from s2s.llm.echo import EchoLM
 from s2s.metrics import Recorder
 from s2s.platform import PLATFORMS
-from s2s.turn_spans import TurnSpans
+from s2s.spans import TurnSpans
 
 pytest.importorskip("opentelemetry.sdk.trace")
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from s2s.messages import ReplyAudio, ReplyText, SpeechSegment, SpeechStarted, TurnConfirmed, TurnDiscarded
-from s2s.turns import CANCELLED, CONFIRMED, DISCARDED, OPENED, TurnEvent, TurnGate
+from s2s.turn_gate import CANCELLED, CONFIRMED, DISCARDED, OPENED, TurnEvent, TurnGate
 
 
 def segment(turn: int, speculative: bool = True) -> SpeechSegment:
@@ -170,7 +170,7 @@ def test_a_recorder_no_graph_hands_a_gate_to_follows_the_messages_it_sees(tmp_pa
 
 
 def test_holding_keeps_an_open_turns_items_in_order_until_it_is_confirmed_or_dropped():
-    from s2s.turns import Holding
+    from s2s.turn_gate import Holding
 
     held: Holding[str] = Holding()
     assert not held.hold(1, "a") and held.release(1) is None  # not open: nothing waits

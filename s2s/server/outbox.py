@@ -19,7 +19,7 @@ from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSe
                           Transcript, TurnEnd)
 from s2s.metrics import Recorder
 from s2s.server.protocol import ItemRequest
-from s2s.turns import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, TurnGate
+from s2s.turn_gate import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, TurnGate
 
 
 @dataclass(frozen=True)

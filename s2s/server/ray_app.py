@@ -33,7 +33,7 @@ from s2s.config_errors import ConfigErrors
 from s2s.graph import StageSetupError
 from s2s.platform import fix_allocator
 from s2s.server.pipelines import Pool
-from s2s.server.relay import Front as FrontServer
+from s2s.server.relay import Relay
 from s2s.server.server import SessionServer
 from s2s.server.settings import ServerSettings
 from s2s.sweep import limit_threads
@@ -186,7 +186,7 @@ class Replica:
 
 
 class Front:
-    """The one endpoint the clients see; it relays each session to a replica (:class:`~s2s.server.relay.Front`).
+    """The one endpoint the clients see; it relays each session to a replica (:class:`~s2s.server.relay.Relay`).
 
     Args:
         settings: the server's settings (host, port, key, limits) as the clients see them.
@@ -198,7 +198,7 @@ class Front:
     def __init__(self, settings: ServerSettings, replica_key: str, replicas: Any) -> None:
         _log_to_stderr()
         self.settings = settings
-        self.front = FrontServer(settings, settings.replicas, replica_key)
+        self.front = Relay(settings, settings.replicas, replica_key)
         self.loop = LoopThread("s2s-front", self.front.run)
         self.port = self.loop.start()
         # not "listening on ws://...": the driver prints that line once every replica is ready

@@ -113,7 +113,7 @@ class ReplicaTable:
         return sorted((e for e in self.entries() if e.ready), key=lambda e: (-e.free, e.replica))
 
 
-class Front:
+class Relay:
     """The front's sessions: :meth:`handler` relays one client connection; it is also the :class:`ReadOuts`.
 
     Args:
