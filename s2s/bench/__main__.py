@@ -72,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     turns.add_argument("--speech-dir", type=Path, default=None,
                        help="the real-speech archives (default: .cache/real-speech, which scripts/setup.sh test "
                             "fills)")
+    turns.add_argument("--verdict-delay-s", type=float, default=None,
+                       help="the words' verdict reaches the VAD this long after the speculative segment (default: "
+                            "the wall time STT and scoring took here; 0: an instant verdict, the most cut-offs)")
     args = parser.parse_args(argv)
     if args.command == "turns":
-        return bench_turns(args.overrides, args.variant, args.which, args.speech_dir)
+        return bench_turns(args.overrides, args.variant, args.which, args.speech_dir, args.verdict_delay_s)
     if args.command in ("recognition", "answers"):
         extra = sum(args.versus, []) if args.command == "recognition" else []
         if bad := [item for item in [*args.overrides, *extra] if "=" not in item]:

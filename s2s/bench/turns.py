@@ -9,13 +9,13 @@ config, on the input clock, as fast as it can): a turn that is let go inside the
 endpoint is the silence from the last voiced frame to the turn's end (``TurnConfirmed``, or the segment). With
 ``turn=words`` the STT and LLM stages run too: each speculative segment is transcribed and its words scored,
 and the verdict reaches the VAD as much input later as that took in wall time (as a realtime stream would
-see it). The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
+see it), or ``--verdict-delay-s`` later (0: a machine fast enough to judge at once, the most cut-offs). The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
 
 ``--set real`` (or ``all``, the default) adds recordings of real people (:mod:`s2s.bench.real_speech`): each
 complete, and with a pause of 0.7-1.2 s spliced between two words inside a sentence, with the recording's own noise
 floor around it. Per variant it prints the cut-off rate on real and on espeak pauses, the endpoint on complete
 turns (p50 / p90 / max) and how many waited more than 1.5 s; then, as eot-bench reports it, the lowest cut-off
-rate at each latency budget (a variant is within a budget when its complete turns' p90 endpoint is), over the
+rate at each latency budget (a variant is within a budget when its complete turns' median endpoint is), over the
 variants run (sweep a threshold with several ``--variant "turn=words turn.threshold=0.05"``).
 """
 from __future__ import annotations
@@ -101,9 +101,11 @@ def build_vad(overrides: list[str]) -> Any:
 class Hearing:
     """The STT and LLM stages a ``turn=words`` VAD needs: a speculative segment in, the LLM's verdict out."""
 
-    def __init__(self, overrides: list[str]) -> None:
+    def __init__(self, overrides: list[str], delay_s: float | None = None) -> None:
         from s2s.bench.compose import set_up
         from s2s.messages import TurnVerdict
+
+        self.delay_s = delay_s  # None: the verdict comes back after the wall time it took; else after this
 
         self.stt, self.llm = (set_up(overrides, group, "/tmp/s2s-bench-turns") for group in ("stt", "llm"))
         self.llm.wanted = frozenset({TurnVerdict})  # as the runner tells it when the VAD takes verdicts
@@ -121,7 +123,7 @@ class Hearing:
             self.texts[texts[0]] = probability
         verdict = None if probability is None else TurnVerdict(segment.turn, probability)
         self.delays.append(time.perf_counter() - started)
-        return verdict, self.delays[-1]
+        return verdict, self.delays[-1] if self.delay_s is None else self.delay_s
 
     def close(self) -> None:
         self.stt.close()
@@ -177,11 +179,11 @@ def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, st
 
 
 def budget_table(results: dict[str, tuple[float, float]]) -> list[str]:
-    """eot-bench's view: per latency budget, the variant with the fewest cut-offs whose complete turns' p90
-    endpoint fits the budget. ``results``: variant -> (p90 endpoint s, cut-off share over every pause)."""
-    lines = ["| budget (p90 endpoint) | lowest cut-off rate | variant |", "|---|---|---|"]
+    """eot-bench's view: per latency budget, the variant with the fewest cut-offs whose complete turns' median
+    endpoint fits the budget. ``results``: variant -> (median endpoint s, cut-off share over every pause)."""
+    lines = ["| budget (median endpoint, complete turns) | lowest cut-off rate | variant |", "|---|---|---|"]
     for budget in BUDGETS_S:
-        fits = [(cut, name) for name, (p90, cut) in results.items() if p90 <= budget]
+        fits = [(cut, name) for name, (median, cut) in results.items() if median <= budget]
         cut, name = min(fits) if fits else (None, "none fits")
         lines.append(f"| {budget:.2f} s | {'-' if cut is None else f'{cut:.0%}'} | {name} |")
     return lines
@@ -207,7 +209,7 @@ def build_sets(which: str, speech_dir: Path) -> list[TurnClip]:
 
 
 def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "all",
-                speech_dir: Path | None = None) -> int:
+                speech_dir: Path | None = None, verdict_delay_s: float | None = None) -> int:
     """Each variant (overrides added to ``overrides``) over the same set; prints one table row per variant."""
     from s2s.bench.real_speech import FOLDER
 
@@ -221,7 +223,7 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
         from s2s.messages import TurnVerdict
 
         vad = build_vad([*overrides, *variant])
-        hearing = Hearing([*overrides, *variant]) if TurnVerdict in vad.takes else None
+        hearing = Hearing([*overrides, *variant], verdict_delay_s) if TurnVerdict in vad.takes else None
         found = [judge(vad, clip, hearing) for clip in clips]
         vad.close()
         name = " ".join(variant)
@@ -241,7 +243,7 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
         ends = [r["endpoint_s"] for r, c in zip(found, clips) if c.pause is None and r["endpoint_s"] is not None]
         paused = [r for r, c in zip(found, clips) if c.pause]
         if ends and paused:
-            budgets[name] = (float(np.percentile(ends, 90)), sum(r["cut"] for r in paused) / len(paused))
+            budgets[name] = (statistics.median(ends), sum(r["cut"] for r in paused) / len(paused))
     head = ["variant", *next(iter(rows.values()))]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([name, *cells.values()]) + " |" for name, cells in rows.items()]
@@ -250,7 +252,8 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
           f"{sum(c.real and c.pause is not None for c in clips)} real paused 0.7-1.2 s; "
           f"{sum(not c.real and c.pause is None for c in clips)} espeak complete and "
           f"{len(clips) - real - sum(not c.real and c.pause is None for c in clips)} espeak paused 0.7-1.0 s"
-          + (f"; overrides: {' '.join(overrides)}" if overrides else ""))
+          + (f"; overrides: {' '.join(overrides)}" if overrides else "")
+          + (f"; verdicts after {verdict_delay_s} s" if verdict_delay_s is not None else ""))
     print("\n".join(lines))
     if budgets:
         print("\nCut-off rate (real and espeak pauses together) at a latency budget, over the variants above:")
