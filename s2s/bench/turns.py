@@ -9,7 +9,8 @@ config, on the input clock, as fast as it can): a turn that is let go inside the
 endpoint is the silence from the last voiced frame to the turn's end (``TurnConfirmed``, or the segment). With
 ``turn=words`` the STT and LLM stages run too: each speculative segment is transcribed and its words scored,
 and the verdict reaches the VAD as much input later as that took in wall time (as a realtime stream would
-see it), or ``--verdict-delay-s`` later (0: a machine fast enough to judge at once, the most cut-offs). The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
+see it), or ``--verdict-delay-s`` later (0: a machine fast enough to judge at once, the most cut-offs).
+The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
 
 ``--set real`` (or ``all``, the default) adds recordings of real people (:mod:`s2s.bench.real_speech`): each
 complete, and with a pause of 0.7-1.2 s spliced between two words inside a sentence, with the recording's own noise
