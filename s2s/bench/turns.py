@@ -242,6 +242,10 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
             elif clip.pause is None and (result["endpoint_s"] or 0) > PATIENCE_S:
                 print(f"  {name}: {clip.name}: waited {result['endpoint_s']:.2f} s")
         ends = [r["endpoint_s"] for r, c in zip(found, clips) if c.pause is None and r["endpoint_s"] is not None]
+        early = {kind: [(r["endpoint_s"] or 9.0) < 1.0 for r, c in zip(found, clips)
+                        if c.pause is None and c.real == real] for kind, real in (("real", True), ("espeak", False))}
+        print(f"  {name}: complete turns ended within 1 s: "
+              + ", ".join(f"{kind} {sum(flags)}/{len(flags)}" for kind, flags in early.items() if flags))
         paused = [r for r, c in zip(found, clips) if c.pause]
         if ends and paused:
             budgets[name] = (statistics.median(ends), sum(r["cut"] for r in paused) / len(paused))
