@@ -110,3 +110,13 @@ def test_the_default_detector_keeps_real_pauses_whole_and_ends_complete_turns_wi
     # turn over 1.5 s (measured: 1.41 s at most); the margins allow a clip or two more on another CPU
     assert sum(r["cut"] for r in paused) <= 0.1 * len(paused) + 2, [c.name for r, c in zip(found, clips) if r["cut"]]
     assert max(ends) <= PATIENCE_S + 0.1, ends  # real statements often wait it out: both must say done
+
+
+def test_without_the_archives_the_bench_says_what_to_run(tmp_path, capsys):
+    from s2s.bench.turns import bench_turns
+
+    assert bench_turns([], [["turn=silence"]], "real", tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "scripts/setup.sh test" in out and str(tmp_path) in out and "pocketsphinx-5.1.1.tar.gz" in out
+    with pytest.raises(FileNotFoundError, match="setup.sh test"):
+        real_speech.recordings(tmp_path)
