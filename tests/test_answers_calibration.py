@@ -120,6 +120,8 @@ def test_the_scorer_tells_right_from_confidently_wrong_from_unsure():
     assert verdict("I'm not sure, but I think it was Washington.", president) == "unsure"  # told to doubt it
     assert verdict("I don't know that one.", president) == "unsure"
     assert verdict("Abraham Lincoln.", president) == "wrong"
+    author = Question("Who wrote Romeo and Juliet?", ("shakespeare",))
+    assert verdict("It is William Shakespeare\u2019s play.", author) == "right"
     legs = Question("How many legs does a spider have?", ("eight", "8"))
     assert verdict("It has 8 legs.", legs) == "right" and verdict("It has 18 legs.", legs) == "wrong"
     unknown = Question("What number am I thinking of?", ("read your mind",), kind="unknown")
