@@ -171,16 +171,17 @@ def test_the_answer_set_has_every_kind_with_a_hundred_questions_or_more():
 
 @pytest.mark.slow
 def test_calibration_turns_confident_mistakes_of_smollm2_into_hedges():
-    """The packaged SmolLM2 on the answer set's 45 facts, with the default threshold and without: aggregates only,
-    with a margin (on the whole set: confidently wrong 66 -> 50 of 111, right 44 both ways). About a minute on
-    one thread."""
+    """The packaged SmolLM2 on the whole answer set with the default threshold, 24-token replies (the hedge is
+    decided within the first sentence, where a fact's key word is), one run: a hedged reply is also scored without
+    its hedge, which is the reply an uncalibrated run gives (but for a follow-up's history). Aggregates with a
+    margin. Measured on one thread, confidently wrong plain -> calibrated, right lost, unsure gained: 66 -> 40, 0,
+    26 (this CPU's AVX-512, and on two threads); 64 -> 42, 1, 23 (AVX); 61 -> 43, 1, 19 (GENERIC); float32 57 -> 41,
+    2, 18. About a minute."""
     from conftest import compose_config
 
     from s2s.bench.answers import StreamClock, ask
 
     llm = compose_config(["llm=ctranslate2"]).llm
-    # 24 tokens: the hedge is decided within the first sentence, and a fact's key word is in it (a quarter of
-    # the default 64 keeps the test to about a minute)
     stage = CTranslate2LM(system_prompt=llm.system_prompt, compute_type="int8", unsure_below=llm.unsure_below,
                           max_new_tokens=24)
     stage.threads = 1
@@ -188,15 +189,15 @@ def test_calibration_turns_confident_mistakes_of_smollm2_into_hedges():
     try:
         clock = StreamClock(stage)
         stage.stream = clock
-        facts = [question for question in ANSWER_SET if question.kind == "fact"]
-        counts = {}
-        for threshold in (None, llm.unsure_below):
-            stage.unsure_below = threshold
-            verdicts = [verdict(ask(stage, clock, question)["reply"], question) for question in facts]
-            counts[threshold] = {name: verdicts.count(name) for name in ("right", "wrong", "unsure")}
+        replies = [ask(stage, clock, question)["reply"] for question in ANSWER_SET]
     finally:
         stage.close()
-    plain, calibrated_ = counts[None], counts[llm.unsure_below]
-    assert calibrated_["wrong"] <= plain["wrong"] - 3, counts
-    assert calibrated_["right"] >= plain["right"] - 3, counts
-    assert calibrated_["unsure"] >= plain["unsure"] + 3, counts
+    counts = {}
+    for name, texts in (("plain", [text.removeprefix(f"{UNSURE_PREFIX} ") for text in replies]),
+                        ("calibrated", replies)):
+        verdicts = [verdict(text, question) for text, question in zip(texts, ANSWER_SET)]
+        counts[name] = {kind: verdicts.count(kind) for kind in ("right", "wrong", "unsure")}
+    plain, calibrated_ = counts["plain"], counts["calibrated"]
+    assert calibrated_["wrong"] <= plain["wrong"] - 10, counts
+    assert calibrated_["right"] >= plain["right"] - 4, counts
+    assert calibrated_["unsure"] >= plain["unsure"] + 10, counts
