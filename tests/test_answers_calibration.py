@@ -1,5 +1,6 @@
-"""Calibrated answers (llm.unsure_below / llm.dont_know_below) on a tiny random LM, the token cap's trim to a
-whole word, and the answer benchmark's three-way scorer on fixed replies."""
+"""Calibrated answers (llm.unsure_below / llm.dont_know_below) on a tiny random LM through llm=ctranslate2 and
+llm=transformers, the token cap's trim to a whole word, and the answer benchmark's three-way scorer on fixed
+replies."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +9,9 @@ from conftest import CACHE
 from s2s.bench.answer_set import ANSWER_SET, Question, verdict
 from s2s.bench.unsure_sweep import calibrated
 from s2s.llm.calibration import DONT_KNOW, UNSURE_PREFIX, Calibrator, Confidence, hedged
+from s2s.llm.base import LLMStage
 from s2s.llm.ctranslate2_lm import CTranslate2LM
+from s2s.llm.transformers_lm import TransformersLM
 from s2s.messages import Metric, ReplyText, Transcript
 from s2s.text import SentenceSplitter
 from tests.fixtures import tiny_lm
@@ -24,15 +27,21 @@ def random_lm():
     return build_once(MODELS / "tiny-lm-random-0", lambda out: tiny_lm.build(out), "random tiny LM")
 
 
-def stage_on(folder, **options) -> CTranslate2LM:
-    stage = CTranslate2LM(model=str(folder), device="cpu", compute_type="float32", system_prompt=None,
-                          repetition_penalty=2.0, cache_dir=str(MODELS), **{"max_new_tokens": 24, **options})
+BACKENDS = ("ctranslate2", "transformers")
+
+
+def stage_on(folder, backend: str = "ctranslate2", **options) -> LLMStage:
+    """The tiny LM in float32 through ``backend``: the same weights, so the same greedy tokens either way."""
+    common = {"model": str(folder), "device": "cpu", "system_prompt": None, "repetition_penalty": 2.0,
+              "cache_dir": str(MODELS), "max_new_tokens": 24, **options}
+    stage = CTranslate2LM(compute_type="float32", **common) if backend == "ctranslate2" else \
+        TransformersLM(dtype="float32", **common)
     stage.threads = 1
     stage.setup()
     return stage
 
 
-def reply(stage: CTranslate2LM, text: str) -> tuple[str, list[Metric]]:
+def reply(stage: LLMStage, text: str) -> tuple[str, list[Metric]]:
     stage.reset()
     messages = list(stage.process(Transcript(text, 0, "en")))
     return (" ".join(m.text for m in messages if isinstance(m, ReplyText)),
@@ -42,9 +51,10 @@ def reply(stage: CTranslate2LM, text: str) -> tuple[str, list[Metric]]:
 QUESTIONS = ("hello world", "tell me a story", "how many legs", "good morning")  # replies with words
 
 
-def test_a_threshold_above_every_probability_hedges_every_reply_and_zero_none(random_lm):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_threshold_above_every_probability_hedges_every_reply_and_zero_none(random_lm, backend):
     for options, hedges in (({"unsure_below": 1.0}, True), ({"unsure_below": 0.0}, False), ({}, False)):
-        stage = stage_on(random_lm, **options)
+        stage = stage_on(random_lm, backend, **options)
         try:
             for question in QUESTIONS:
                 text, [confidence] = reply(stage, question)
@@ -55,8 +65,9 @@ def test_a_threshold_above_every_probability_hedges_every_reply_and_zero_none(ra
             stage.close()
 
 
-def test_a_very_low_confidence_is_replaced_by_i_dont_know(random_lm):
-    stage = stage_on(random_lm, unsure_below=1.0, dont_know_below=1.0)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_very_low_confidence_is_replaced_by_i_dont_know(random_lm, backend):
+    stage = stage_on(random_lm, backend, unsure_below=1.0, dont_know_below=1.0)
     try:
         for question in QUESTIONS:
             assert reply(stage, question)[0] == DONT_KNOW
@@ -65,14 +76,15 @@ def test_a_very_low_confidence_is_replaced_by_i_dont_know(random_lm):
         stage.close()
 
 
-def test_a_reply_cut_by_the_token_cap_ends_at_a_whole_word(random_lm):
-    long = stage_on(random_lm, max_new_tokens=200)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_reply_cut_by_the_token_cap_ends_at_a_whole_word(random_lm, backend):
+    long = stage_on(random_lm, backend, max_new_tokens=200)
     try:
         full = {question: reply(long, question) and long.context.history()[-1]["content"] for question in QUESTIONS}
     finally:
         long.close()
     for cap in (5, 9, 14, 23):
-        stage = stage_on(random_lm, max_new_tokens=cap)
+        stage = stage_on(random_lm, backend, max_new_tokens=cap)
         try:
             for question in QUESTIONS:
                 reply(stage, question)
@@ -83,6 +95,22 @@ def test_a_reply_cut_by_the_token_cap_ends_at_a_whole_word(random_lm):
                 assert not kept or not after or not after[0].isalnum() or not kept[-1].isalnum(), (cap, kept)
         finally:
             stage.close()
+
+
+def test_both_backends_measure_the_same_confidence_of_the_same_reply(random_lm):
+    """One rule (s2s.llm.calibration) on the same float32 weights: the same replies, the same probabilities."""
+    measured = {}
+    for backend in BACKENDS:
+        stage = stage_on(random_lm, backend, unsure_below=0.5)
+        try:
+            measured[backend] = [reply(stage, question) for question in QUESTIONS]
+        finally:
+            stage.close()
+    for (ours, [our_confidence]), (theirs, [their_confidence]) in zip(*measured.values()):
+        assert ours == theirs
+        ours, theirs = our_confidence.extra, their_confidence.extra
+        assert (ours["tokens"], ours["verdict"]) == (theirs["tokens"], theirs["verdict"])
+        assert (ours["mean"], ours["min"]) == pytest.approx((theirs["mean"], theirs["min"]), rel=1e-3)
 
 
 def test_the_splitter_trims_a_capped_tail_to_its_last_sentence_or_word():
@@ -120,6 +148,8 @@ def test_the_scorer_tells_right_from_confidently_wrong_from_unsure():
     assert verdict("I'm not sure, but I think it was Washington.", president) == "unsure"  # told to doubt it
     assert verdict("I don't know that one.", president) == "unsure"
     assert verdict("Abraham Lincoln.", president) == "wrong"
+    author = Question("Who wrote Romeo and Juliet?", ("shakespeare",))
+    assert verdict("It is William Shakespeare\u2019s play.", author) == "right"
     legs = Question("How many legs does a spider have?", ("eight", "8"))
     assert verdict("It has 8 legs.", legs) == "right" and verdict("It has 18 legs.", legs) == "wrong"
     unknown = Question("What number am I thinking of?", ("read your mind",), kind="unknown")
@@ -141,16 +171,17 @@ def test_the_answer_set_has_every_kind_with_a_hundred_questions_or_more():
 
 @pytest.mark.slow
 def test_calibration_turns_confident_mistakes_of_smollm2_into_hedges():
-    """The packaged SmolLM2 on the answer set's 45 facts, with the default threshold and without: aggregates only,
-    with a margin (on the whole set: confidently wrong 66 -> 50 of 111, right 44 both ways). About a minute on
-    one thread."""
+    """The packaged SmolLM2 on the whole answer set with the default threshold, 24-token replies (the hedge is
+    decided within the first sentence, where a fact's key word is), one run: a hedged reply is also scored without
+    its hedge, which is the reply an uncalibrated run gives (but for a follow-up's history). Aggregates with a
+    margin. Measured on one thread, confidently wrong plain -> calibrated, right lost, unsure gained: 66 -> 40, 0,
+    26 (this CPU's AVX-512, and on two threads); 64 -> 42, 1, 23 (AVX); 61 -> 43, 1, 19 (GENERIC); float32 57 -> 41,
+    2, 18. About a minute."""
     from conftest import compose_config
 
     from s2s.bench.answers import StreamClock, ask
 
     llm = compose_config(["llm=ctranslate2"]).llm
-    # 24 tokens: the hedge is decided within the first sentence, and a fact's key word is in it (a quarter of
-    # the default 64 keeps the test to about a minute)
     stage = CTranslate2LM(system_prompt=llm.system_prompt, compute_type="int8", unsure_below=llm.unsure_below,
                           max_new_tokens=24)
     stage.threads = 1
@@ -158,15 +189,15 @@ def test_calibration_turns_confident_mistakes_of_smollm2_into_hedges():
     try:
         clock = StreamClock(stage)
         stage.stream = clock
-        facts = [question for question in ANSWER_SET if question.kind == "fact"]
-        counts = {}
-        for threshold in (None, llm.unsure_below):
-            stage.unsure_below = threshold
-            verdicts = [verdict(ask(stage, clock, question)["reply"], question) for question in facts]
-            counts[threshold] = {name: verdicts.count(name) for name in ("right", "wrong", "unsure")}
+        replies = [ask(stage, clock, question)["reply"] for question in ANSWER_SET]
     finally:
         stage.close()
-    plain, calibrated_ = counts[None], counts[llm.unsure_below]
-    assert calibrated_["wrong"] <= plain["wrong"] - 3, counts
-    assert calibrated_["right"] >= plain["right"] - 3, counts
-    assert calibrated_["unsure"] >= plain["unsure"] + 3, counts
+    counts = {}
+    for name, texts in (("plain", [text.removeprefix(f"{UNSURE_PREFIX} ") for text in replies]),
+                        ("calibrated", replies)):
+        verdicts = [verdict(text, question) for text, question in zip(texts, ANSWER_SET)]
+        counts[name] = {kind: verdicts.count(kind) for kind in ("right", "wrong", "unsure")}
+    plain, calibrated_ = counts["plain"], counts["calibrated"]
+    assert calibrated_["wrong"] <= plain["wrong"] - 10, counts
+    assert calibrated_["right"] >= plain["right"] - 4, counts
+    assert calibrated_["unsure"] >= plain["unsure"] + 10, counts

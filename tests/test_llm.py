@@ -88,7 +88,8 @@ def test_generation_waits_while_the_runner_is_not_reading(smollm2):
         first = next(pieces)
         time.sleep(1.0)  # unbounded, 200 tokens of a 135M model would be done long before the reader comes back
         generating = [t for t in threading.enumerate() if t.name == "s2s-llm-generate" and t.is_alive()]
-        rest = "".join(piece for _, piece in zip(range(400), pieces))  # bounded: at most 400 more pieces
+        rest = "".join(piece for _, piece in zip(range(400), pieces)  # bounded: at most 400 more pieces
+                       if isinstance(piece, str))  # the first sentence's confidence is yielded too
         assert generating, "generation finished while nobody was reading"
         assert first + rest and len(rest.split()) > 10  # and it went on once reading resumed
     finally:
@@ -108,7 +109,8 @@ def test_the_default_repetition_guard_keeps_smollm2_from_repeating_itself(smollm
     smollm2.repetition_penalty, smollm2.max_new_tokens = compose_config([]).llm.repetition_penalty, 128
     try:
         smollm2.reset()
-        raw = "".join(smollm2.stream(smollm2.chat_messages(question)))  # the model itself, before the splitter's stop
+        # the model itself, before the splitter's stop (its text; the first sentence's confidence is yielded too)
+        raw = "".join(piece for piece in smollm2.stream(smollm2.chat_messages(question)) if isinstance(piece, str))
     finally:
         smollm2.system_prompt, smollm2.repetition_penalty, smollm2.max_new_tokens = saved
     starts = [0, *sentence_ends(raw, final=True)]
@@ -276,3 +278,34 @@ def test_the_model_is_asked_for_the_users_language(smollm2, monkeypatch):
                               "The user is speaking French: always answer in French."}
     list(smollm2.process(Transcript("What is the capital of Italy?", 1, "en")))
     assert prompts[-1][0] == {"role": "system", "content": "Answer in one short sentence."}
+
+
+@pytest.mark.slow
+def test_smollm2_hedges_what_it_is_unsure_of_at_the_configured_threshold(smollm2):
+    """Calibration on llm=transformers (float32) with the threshold measured on llm=ctranslate2 (int8): two facts it
+    knows come out sure and, on average, far above four it is shaky on (measured: 0.97 against 0.36 mean token
+    probability), of which at least one is hedged. About 5 s: 12-token replies."""
+    llm = compose_config(["llm=transformers"]).llm
+    saved = smollm2.system_prompt, smollm2.max_new_tokens, smollm2.unsure_below
+    smollm2.system_prompt, smollm2.max_new_tokens, smollm2.unsure_below = llm.system_prompt, 12, llm.unsure_below
+    known = ("What's the capital of France?", "What's the capital of Japan?")
+    shaky = ("What do you call a baby dog?", "What do bees make?", "What gas do plants take in from the air?",
+             "Who wrote Romeo and Juliet?")
+    confidences = {}
+    try:
+        for question in (*known, *shaky):
+            smollm2.reset()
+            out = list(smollm2.process(Transcript(question, 0, "en")))
+            [confidence] = [m.extra for m in out if isinstance(m, Metric) and m.name == "llm_confidence"]
+            spoken = " ".join(m.text for m in out if isinstance(m, ReplyText))
+            assert spoken.startswith("I'm not sure") == (confidence["verdict"] == "unsure"), spoken
+            confidences[question] = confidence
+    finally:
+        smollm2.system_prompt, smollm2.max_new_tokens, smollm2.unsure_below = saved
+    assert all(confidences[question]["verdict"] == "sure" for question in known), confidences
+
+    def mean(questions: tuple[str, ...]) -> float:
+        return sum(confidences[question]["mean"] for question in questions) / len(questions)
+
+    assert mean(known) - mean(shaky) >= 0.3, confidences
+    assert any(confidences[question]["verdict"] == "unsure" for question in shaky), confidences

@@ -171,12 +171,14 @@ ANSWER_SET: list[Question] = [
 
 
 def _words(reply: str) -> str:
-    return " " + re.sub(r"[\W_]+", " ", reply.lower().replace("\u2019", "'").replace("'", "")) + " "
+    text = re.sub(r"'s\b", "", reply.lower().replace("\u2019", "'"))  # "Shakespeare's" names Shakespeare
+    return " " + re.sub(r"[\W_]+", " ", text.replace("'", "")) + " "
 
 
 def says(reply: str, keys: tuple[str, ...]) -> bool:
-    """Whether ``reply`` contains one of ``keys`` as a whole word or phrase (case, apostrophes and punctuation
-    ignored, so "8" does not match "18" and "don't know" matches "I dont know")."""
+    """Whether ``reply`` contains one of ``keys`` as a whole word or phrase (case, apostrophes, a possessive 's
+    and punctuation ignored, so "8" does not match "18", "don't know" matches "I dont know" and "shakespeare"
+    matches "Shakespeare's")."""
     text = _words(reply)
     return any(_words(key) in text for key in keys if key.strip())
 

@@ -1,6 +1,7 @@
 """Calibrated replies: a reply the model is unsure of says so, decided on its first few tokens.
 
-CTranslate2 gives each generated token's log-probability. :class:`Calibrator` holds the reply's first sentence
+llm=ctranslate2 and llm=transformers give each generated token's log-probability; both stream a reply through
+:func:`calibrated`, so one rule decides for both. :class:`Calibrator` holds the reply's first sentence
 (or up to ``WINDOW_TOKENS`` content tokens), measures the model's confidence over its content tokens (the mean
 or the lowest token probability) and then releases it unchanged, prefixed with
 ``UNSURE_PREFIX`` (below ``unsure_below``) or replaced by ``DONT_KNOW`` (below ``dont_know_below``, which ends the
@@ -14,7 +15,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 UNSURE_PREFIX = "I'm not sure, but I think"
 DONT_KNOW = "I don't know that one."
@@ -122,3 +123,56 @@ class Calibrator:
             yield DONT_KNOW
         else:
             yield hedged(self._held) if verdict == "unsure" else self._held
+
+
+class CalibratedReplies:
+    """What a stage whose backend gives token log-probabilities keeps of ``llm.unsure_below``,
+    ``llm.dont_know_below`` and ``llm.unsure_measure`` (conf/llm/_calibrated.yaml), and the calibrator of a reply."""
+
+    unsure_below: float | None = None
+    dont_know_below: float | None = None
+    unsure_measure: Measure = "mean"
+
+    def calibrator(self, messages: list[dict[str, Any]]) -> Calibrator:
+        """A fresh :class:`Calibrator` for the reply to ``messages`` (the last one is the user's words)."""
+        question = str(messages[-1].get("content") or "") if messages else ""
+        return Calibrator(self.unsure_below, self.dont_know_below, self.unsure_measure, question)
+
+
+def calibrated(tokens: Iterator[tuple[str, float | None] | Capped], calibrator: Calibrator,
+               calls: Any = None) -> Iterator[Any]:
+    """A backend's generated tokens as the stage streams them: through the tool-call filter and the calibrator.
+
+    Args:
+        tokens: each generated token's text and log-probability, then ``Capped()`` if the reply stopped at the
+            token cap; closed when the reply ends early ("I don't know" needs no more tokens), which must stop
+            generation.
+        calibrator: decides the reply's first sentence (:meth:`CalibratedReplies.calibrator`).
+        calls: a ``ToolCallFilter`` when the model has tools: it takes ``<tool_call>`` out of the spoken text, and
+            its calls are yielded last.
+
+    Yields:
+        Text to speak, the ``Confidence`` once measured, ``Capped()`` (when the cut reply is spoken) and the
+        ``ToolCall``s.
+    """
+    capped = False
+    try:
+        for token in tokens:
+            if isinstance(token, Capped):
+                capped = True
+                continue
+            text, log_prob = token
+            for piece in (text,) if calls is None else calls.feed(text):
+                yield from calibrator.feed(piece, log_prob)
+            if calibrator.stop:
+                break
+    finally:  # also when the reader closes this generator: the backend stops generating
+        tokens.close()  # type: ignore[attr-defined]
+    if calls is not None and not calibrator.stop:
+        for piece in calls.finish():
+            yield from calibrator.feed(piece, None)
+    yield from calibrator.finish()
+    if capped and not calibrator.stop:
+        yield Capped()  # the last word may be cut ("... July 20th, 196cederadio"): the base trims it
+    if calls is not None:
+        yield from calls.calls

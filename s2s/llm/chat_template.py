@@ -102,9 +102,15 @@ class ChatTokenizer:
         return [self.tokenizer.id_to_token(index) for index in ids]
 
     def decoder(self) -> Callable[[int], str]:
-        """A decoder fed one generated id at a time: it returns the new text ("" while a multi-byte character
-        waits for its last byte), with the spaces between words where they belong."""
-        from tokenizers.decoders import DecodeStream
+        """:func:`incremental_decoder` of this folder's tokenizer."""
+        return incremental_decoder(self.tokenizer)
 
-        stream = DecodeStream(skip_special_tokens=True)
-        return lambda index: stream.step(self.tokenizer, index) or ""
+
+def incremental_decoder(tokenizer: Any) -> Callable[[int], str]:
+    """A decoder of a ``tokenizers.Tokenizer`` fed one generated id at a time: it returns the new text ("" while a
+    multi-byte character waits for its last byte, and for special tokens), with the spaces between words where
+    they belong."""
+    from tokenizers.decoders import DecodeStream
+
+    stream = DecodeStream(skip_special_tokens=True)
+    return lambda index: stream.step(tokenizer, index) or ""

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 from s2s.config_errors import ConfigError, OneOf, Range, ValidationContext
 from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
-from s2s.llm.calibration import Calibrator, Capped, Confidence, Measure
+from s2s.llm.calibration import CalibratedReplies, Capped, Confidence, Measure, calibrated
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
 from s2s.models import build_once, cache_root, local_path, model_source
@@ -107,7 +107,7 @@ def model_error(model: str, context: ValidationContext) -> ConfigError | None:
     return None
 
 
-class CTranslate2LM(TemplateTools, LLMStage):
+class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
     """A chat model run by ``ctranslate2.Generator.generate_tokens``; the reply is pulled token by token.
 
     Args:
@@ -277,34 +277,26 @@ class CTranslate2LM(TemplateTools, LLMStage):
             repetition_penalty=self.repetition_penalty, static_prompt=self._tokenizer.tokens(static) or None,
             callback=pace, return_log_prob=True, **sampling)
         decode = self._tokenizer.decoder()
-        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
-        question = str(messages[-1].get("content") or "") if messages else ""
-        calibrator = Calibrator(self.unsure_below, self.dont_know_below, self.unsure_measure, question)
-        generated, ended = 0, False
-        try:
-            for step in steps:
+
+        def tokens() -> Iterator[tuple[str, float] | Capped]:
+            generated = 0
+            try:
+                for step in steps:
+                    room.release()
+                    generated += 1
+                    if step.token_id in self._end_ids:
+                        return
+                    if text := decode(step.token_id):
+                        yield text, step.log_prob
+            finally:  # also when the reader closes this generator: the next step's callback stops generation
+                cancelled.set()
                 room.release()
-                generated += 1
-                if step.token_id in self._end_ids:
-                    ended = True
-                    break
-                if text := decode(step.token_id):
-                    for piece in (text,) if calls is None else calls.feed(text):
-                        yield from calibrator.feed(piece, step.log_prob)
-                if calibrator.stop:
-                    break
-        finally:  # also when the reader closes this generator: the next step's callback stops generation
-            cancelled.set()
-            room.release()
-            steps.close()
-        if calls is not None and not calibrator.stop:
-            for piece in calls.finish():
-                yield from calibrator.feed(piece, None)
-        yield from calibrator.finish()
-        if not ended and not calibrator.stop and generated >= self.max_new_tokens:
-            yield Capped()  # the last word may be cut ("... July 20th, 196cederadio"): the base trims it
-        if calls is not None:
-            yield from calls.calls
+                steps.close()
+            if generated >= self.max_new_tokens:
+                yield Capped()
+
+        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
+        yield from calibrated(tokens(), self.calibrator(messages), calls)
 
     def close(self) -> None:
         self._generator = self._tokenizer = None

