@@ -33,6 +33,7 @@ def real_set() -> list[Clip]:
     from s2s.bench import real_speech
 
     if real_speech.missing(real_speech.FOLDER):
+        print(f"note: no real-speech WER: {real_speech.missing_message(real_speech.FOLDER)}")
         return []
     return [Clip(f"real: {clip.name}", clip.samples, clip.text) for clip in real_speech.recordings()]
 
@@ -87,7 +88,7 @@ def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int 
     for name, found in results.items():
         errors, words = sum(r[0] for r in found), sum(r[1] for r in found)
         real = [r for r, clip in zip(found, clips) if clip.name.startswith("real: ")]
-        real_wer = f"{sum(r[0] for r in real) / sum(r[1] for r in real):.3f}" if real else "not fetched"
+        real_wer = f"{sum(r[0] for r in real) / sum(r[1] for r in real):.3f}" if real else "-"  # none in the set
         times = [r[2] for r in found]
         wrong = sum(1 for r in found if r[0])
         lines.append(f"| `{name}` | {errors / words:.3f} | {real_wer} | {errors} / {words} | {wrong} of {len(found)} | "
