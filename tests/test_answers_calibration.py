@@ -8,7 +8,7 @@ import pytest
 from conftest import CACHE
 from s2s.bench.answer_set import ANSWER_SET, Question, verdict
 from s2s.bench.unsure_sweep import calibrated
-from s2s.llm.calibration import DONT_KNOW, UNSURE_PREFIX, Calibrator, Confidence, hedged
+from s2s.llm.calibration import DONT_KNOW, UNSURE_PREFIX, Calibrator, Confidence, asks, hedged
 from s2s.llm.base import LLMStage
 from s2s.llm.ctranslate2_lm import CTranslate2LM
 from s2s.llm.transformers_lm import TransformersLM
@@ -48,7 +48,7 @@ def reply(stage: LLMStage, text: str) -> tuple[str, list[Metric]]:
             [m for m in messages if isinstance(m, Metric) and m.name == "llm_confidence"])
 
 
-QUESTIONS = ("hello world", "tell me a story", "how many legs", "good morning")  # replies with words
+QUESTIONS = ("what is hello world", "tell me a story", "how many legs", "is it a good morning")  # replies with words
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -137,6 +137,26 @@ def test_the_calibrator_measures_what_the_reply_adds_not_the_echoed_question():
     assert "".join(piece for piece in out if isinstance(piece, str)) == \
         "I'm not sure, but I think the capital of France is Lyon. It"
     assert hedged("I think so.") == "I'm not sure, but I think I think so." and hedged("NASA did.").endswith("NASA did.")
+
+
+def test_only_words_that_ask_get_a_hedged_reply():
+    for text in ("What is the capital of France?", "capital of France?", "how many legs does a spider have",
+                 "Tell me a joke.", "Name a planet.", "Is it raining"):
+        assert asks(text), text
+    for text in ("Thank you.", "Good morning.", "I trust you had an historic evening.", "Hello there!", ""):
+        assert not asks(text), text
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_thanks_and_greetings_are_never_hedged_whatever_the_confidence(random_lm, backend):
+    stage = stage_on(random_lm, backend, unsure_below=1.0, dont_know_below=1.0)
+    try:
+        for text in ("hello world", "good morning"):  # the random LM says words to these
+            said, [confidence] = reply(stage, text)
+            assert said and not said.startswith(UNSURE_PREFIX) and said != DONT_KNOW, said
+            assert confidence.extra["verdict"] == "sure"  # measured, not acted on
+    finally:
+        stage.close()
 
 
 def test_the_scorer_tells_right_from_confidently_wrong_from_unsure():

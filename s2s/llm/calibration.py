@@ -23,6 +23,10 @@ WINDOW_TOKENS = 8  # content tokens measured at most: about a short answer's fir
 Measure = Literal["mean", "min"]
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
 _KEEP_CASE = re.compile(r"^(I\b|I'|[A-Z]{2,}|[A-Z][a-z]*[A-Z])")  # "I", "I'm", "NASA", "McDonald's"
+# words that open a question or a request for facts ("What is ...", "Is it ...", "Tell me ...", "Name ...")
+_ASKING = re.compile(r"^\W*(what|who|whom|whose|where|when|why|how|which|is|are|was|were|am|do|does|did|can|could|"
+                     r"will|would|should|shall|may|might|has|have|had|tell|explain|name|give|list|describe|define)\b",
+                     re.IGNORECASE)
 
 
 def _alnum(text: str) -> str:
@@ -43,6 +47,12 @@ class Confidence:
 @dataclass(frozen=True)
 class Capped:
     """Yielded by a stream that stopped at ``max_new_tokens``: its last word may be cut, so it is trimmed."""
+
+
+def asks(text: str) -> bool:
+    """The user's words ask for something the reply must know (a question, or "tell me ...", "name ..."): only
+    then may a reply be hedged. "Thank you." or "Good morning." gets no "I'm not sure" whatever the confidence."""
+    return text.rstrip().endswith("?") or bool(_ASKING.match(text))
 
 
 def hedged(text: str) -> str:
@@ -134,8 +144,11 @@ class CalibratedReplies:
     unsure_measure: Measure = "mean"
 
     def calibrator(self, messages: list[dict[str, Any]]) -> Calibrator:
-        """A fresh :class:`Calibrator` for the reply to ``messages`` (the last one is the user's words)."""
+        """A fresh :class:`Calibrator` for the reply to ``messages`` (the last one is the user's words); a reply
+        to words that ask nothing (:func:`asks`) is measured but never held nor hedged."""
         question = str(messages[-1].get("content") or "") if messages else ""
+        if not asks(question):
+            return Calibrator(None, None, self.unsure_measure, question)
         return Calibrator(self.unsure_below, self.dont_know_below, self.unsure_measure, question)
 
 
