@@ -157,7 +157,7 @@ class FasterWhisperSTT(STTStage):
         if unsure and result.no_speech_prob > NO_SPEECH:
             return "", language
         if unsure or get_compression_ratio(text) > LOOPING:  # faster-whisper would retry hotter: let it
-            return (None if prefix is not None else self._transcribe_full(samples, language)), language
+            return (None, language) if prefix is not None else self._transcribe_full(samples, language)
         return rest, language
 
     def close(self) -> None:

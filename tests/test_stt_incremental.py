@@ -1,0 +1,212 @@
+"""Incremental recognition: LocalAgreement over passes, on the packaged Whisper tiny.en and in the real runner."""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from conftest import compose_config, trimmed
+from graph_stages import Collector
+from s2s import audio
+from s2s.bench.recognition import as_spoken
+from s2s.bench.roundtrip import word_error_rate
+from s2s.config import validate
+from s2s.config_errors import ConfigErrors
+from s2s.graph import Graph, NullObserver
+from s2s.messages import (Data, Message, ReplyText, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar,
+                          TurnDiscarded)
+from s2s.stage import Source, Stage
+from s2s.stt.faster_whisper import FasterWhisperSTT
+from s2s.stt.incremental import HELD_BACK, Utterance
+
+SENTENCES = [("Please tell me a story about a dragon.", 150), ("How many minutes are in an hour?", 130),
+             ("Turn on the kitchen lights and close the door.", 170),
+             ("The quick brown fox jumps over the lazy dog and then runs all the way back home.", 150)]
+
+
+# ---------------------------------------------------------------------------------------------- the agreement
+def test_words_three_passes_hear_alike_are_committed_less_the_last_ones():
+    utterance = Utterance(0.0)
+    assert utterance.update("What is", 8000) == []
+    assert utterance.update("What is the cap", 16000) == []  # two passes are not enough
+    assert utterance.update("What is the capital of", 24000) == ["What", "is"]  # "the" is held back
+    assert utterance.prefix == "What is" and utterance.tentative == ["the", "capital", "of"]
+    assert utterance.update(" the capital of France?", 32000) == ["the"]  # "cap" was not "capital"
+    assert utterance.prefix == "What is the" and utterance.text() == "What is the capital of France?"
+    assert utterance.text(" capital of France?") == "What is the capital of France?"
+    assert HELD_BACK == 2 and utterance.heard == 32000
+
+
+def test_a_word_written_another_way_is_not_agreed_and_punctuation_goes_on_the_last_word():
+    utterance = Utterance(0.0)
+    for rest in ("how many minutes", "How many minutes are", "How many minutes are in"):
+        utterance.update(rest, 16000)
+    assert utterance.committed == []  # "how" is not "How": the decoder would be forced to write it so
+    utterance.update("How many minutes are in an", 20000)
+    assert utterance.committed == ["How", "many", "minutes", "are"]
+    assert utterance.update(", in an hour?", 28000) == []  # it goes on the last committed word
+    assert utterance.text() == "How many minutes are, in an hour?"
+    assert utterance.shown() == "How many minutes are , in an"  # the guess at the last word is not shown
+
+
+# ---------------------------------------------------------------------------------------------- on tiny.en
+class Listening(FasterWhisperSTT):
+    """The packaged STT, keeping what each decode was asked (the prefix) and gave (the text after it)."""
+
+    def __init__(self) -> None:
+        super().__init__(window_s=15, incremental_s=0.5)
+        self.decodes: list[tuple[int, str, str | None]] = []
+
+    def transcribe_from(self, samples, prefix):
+        rest, language = super().transcribe_from(samples, prefix)
+        self.decodes.append((len(samples), prefix, rest))
+        return rest, language
+
+
+@pytest.fixture(scope="module")
+def stt():
+    stage = Listening()
+    stage.setup()
+    return stage
+
+
+@pytest.fixture(scope="module")
+def spoken(stt, espeak, tmp_path_factory):
+    """Each sentence fed as the VAD feeds it, then its segment: (final, committed before it, whole-utterance
+    decode, decodes the final made, the final's prefix, the utterance's samples)."""
+    folder = tmp_path_factory.mktemp("incremental")
+    found = []
+    for index, (text, rate) in enumerate(SENTENCES):
+        samples = trimmed(audio.read_audio(espeak(text, folder / f"{index}.wav", rate), 16000))
+        stt.reset()
+        so_far = as_spoken(samples, index)
+        for message in so_far[:-1]:  # not the pause: the segment brings audio no pass has heard
+            list(stt.process(message))
+        committed, before = stt._utterance.prefix, len(stt.decodes)
+        segment = so_far[-1].samples
+        [final] = list(stt.process(SpeechSegment(segment, 16000, index, 0.0, len(segment) / 16000)))
+        whole, _ = stt.transcribe(segment)
+        found.append((final.text, committed, whole, stt.decodes[before:], segment))
+    return found
+
+
+def test_committed_words_begin_the_final_transcript(spoken):
+    assert all(final.startswith(committed) for final, committed, *_ in spoken)
+    assert sum(bool(committed) for _, committed, *_ in spoken) >= len(spoken) - 1  # passes committed words
+
+
+def test_the_final_decode_starts_after_the_committed_words(spoken):
+    for final, committed, _, decodes, segment in spoken:
+        [(length, prefix, rest)] = decodes  # one decode at the end, of the whole segment, after the prefix
+        assert length == len(segment) and prefix == committed
+        assert final == (committed + (rest if committed else " " + rest)).strip()
+
+
+def test_the_final_transcript_is_as_good_as_one_pass_over_the_whole_utterance(spoken):
+    errors = sum(word_error_rate(whole, final) * len(whole.split()) for final, _, whole, *_ in spoken)
+    assert errors / sum(len(whole.split()) for _, _, whole, *_ in spoken) <= 0.15, [s[:3] for s in spoken]
+
+
+def test_a_segment_the_pause_pass_heard_costs_no_decode_and_a_discard_keeps_the_committed_words(stt, spoken):
+    samples = spoken[-1][-1]
+    stt.reset()
+    so_far = as_spoken(samples[:len(samples) * 2 // 3], 0)  # the user pauses two thirds of the way in
+    for message in so_far:
+        list(stt.process(message))
+    decodes = len(stt.decodes)
+    paused = so_far[-1].samples
+    [speculative] = list(stt.process(SpeechSegment(paused, 16000, 0, 0.0, 1.0, speculative=True)))
+    assert len(stt.decodes) == decodes and speculative.speculative  # the pause pass had heard exactly this
+    committed = stt._utterance.committed[:]
+    assert committed
+    stt.discard(0)  # the user went on: the same utterance (same start) goes on as turn 1
+    list(stt.process(SpeechSoFar((samples,), 16000, 1, 0.0)))
+    assert stt._utterance.committed[:len(committed)] == committed
+
+
+def test_every_backend_but_faster_whisper_keeps_the_whole_utterance_pass():
+    from s2s.stt.whisper import WhisperSTT
+
+    assert SpeechSoFar not in WhisperSTT.__new__(WhisperSTT).asks
+    assert SpeechSoFar in FasterWhisperSTT(incremental_s=0.5).asks
+    assert SpeechSoFar not in FasterWhisperSTT(incremental_s=None).asks
+
+
+# ---------------------------------------------------------------------------------------------- the runner
+class Blocks(Source):
+    """Progress messages, then a segment, as fast as the runner takes them."""
+
+    def stream(self) -> Iterator[Message]:
+        frames = tuple(np.zeros(512, np.float32) for _ in range(40))
+        for count in range(4, 40, 4):
+            yield SpeechSoFar(frames[:count], 16000, 0, 0.0)
+        yield SpeechSegment(np.concatenate(frames), 16000, 0, 0.0, 1.28)
+
+
+class Slow(Stage):
+    """Takes 50 ms over each message and keeps what it was given."""
+
+    accepts = (SpeechSegment, SpeechSoFar)
+
+    def __init__(self) -> None:
+        self.seen: list[Data] = []
+
+    def process(self, message: Data) -> Iterator[Message]:
+        self.seen.append(message)
+        time.sleep(0.05)
+        yield ReplyText(type(message).__name__, message.turn)  # type: ignore[attr-defined]
+
+
+def test_the_runner_skips_speech_so_far_that_newer_messages_hold():
+    stage = Slow()
+    graph = Graph([("source", Blocks()), ("stt", stage), ("sink", Collector())])
+    graph.setup()
+    assert graph.run().status == "completed"
+    kinds = [type(message) for message in stage.seen]
+    assert kinds[-1] is SpeechSegment and len(kinds) < 5  # the backlog was skipped, the segment never
+
+
+class Made(NullObserver):
+    """Keeps what each stage emitted."""
+
+    def __init__(self) -> None:
+        self.by: dict[str, list[Message]] = {"vad": [], "stt": []}
+
+    def on_output(self, stage: str, message: Message, now: float) -> None:
+        self.by.setdefault(stage, []).append(message)
+
+
+def test_a_turn_transcript_arrives_with_incremental_decoding_in_the_real_runner(tmp_path, espeak):
+    """Real VAD, real packaged STT decoding while the speech plays (realtime), a speculative turn dropped when
+    the user goes on: the whole turn's transcript arrives, and passes had committed words before it."""
+    import soundfile
+
+    from s2s.io.file import FileSource
+    from s2s.vad.silero import SileroVAD
+
+    first = trimmed(audio.read_audio(espeak("Please tell me a story", tmp_path / "a.wav"), 16000))
+    second = trimmed(audio.read_audio(espeak("about a dragon.", tmp_path / "b.wav"), 16000))
+    speech = np.concatenate([audio.silence(0.3, 16000), first, audio.silence(0.4, 16000), second,
+                             audio.silence(0.8, 16000)])
+    soundfile.write(tmp_path / "in.wav", speech, 16000)
+    stt, sink, made = Listening(), Collector(), Made()
+    graph = Graph([("source", FileSource(str(tmp_path / "in.wav"), realtime=True)), ("vad", SileroVAD()),
+                   ("stt", stt), ("sink", sink)], made, wanted=(TranscriptSoFar,))
+    graph.setup()
+    assert graph.run().status == "completed"
+    graph.close()
+    assert TurnDiscarded(0) in made.by["vad"]  # the pause made a speculative turn, dropped when speech went on
+    [(_, transcript)] = sink.received  # only the whole turn's transcript reached the end
+    assert isinstance(transcript, Transcript) and transcript.turn == 1 and len(transcript.text.split()) >= 5
+    assert any(isinstance(m, TranscriptSoFar) for m in made.by["stt"])  # the passes told what they heard
+    assert len([d for d in stt.decodes if d[1]]) >= 2  # passes after a commit, the final one's included
+
+
+# ---------------------------------------------------------------------------------------------- config
+def test_incremental_s_is_validated_before_anything_loads(tmp_path):
+    with pytest.raises(ConfigErrors, match=r"stt.incremental_s=0.1: invalid; expected a number from 0.2 to 5"):
+        validate(compose_config(["stt.incremental_s=0.1"], tmp_path))
+    validate(compose_config(["stt.incremental_s=null"], tmp_path))
+    assert compose_config([], tmp_path).stt.incremental_s == 0.5
