@@ -18,6 +18,7 @@ from s2s.graph import Graph, NullObserver
 from s2s.messages import (Data, Message, ReplyText, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar,
                           TurnDiscarded)
 from s2s.stage import Source, Stage
+from s2s.stt.base import STTStage
 from s2s.stt.faster_whisper import FasterWhisperSTT
 from s2s.stt.incremental import HELD_BACK, Utterance
 
@@ -28,7 +29,7 @@ SENTENCES = [("Please tell me a story about a dragon.", 150), ("How many minutes
 
 # ---------------------------------------------------------------------------------------------- the agreement
 def test_words_three_passes_hear_alike_are_committed_less_the_last_ones():
-    utterance = Utterance(0.0)
+    utterance = Utterance(0.0, np.zeros(0, np.float32))
     assert utterance.update("What is", 8000) == []
     assert utterance.update("What is the cap", 16000) == []  # two passes are not enough
     assert utterance.update("What is the capital of", 24000) == ["What", "is"]  # "the" is held back
@@ -40,7 +41,7 @@ def test_words_three_passes_hear_alike_are_committed_less_the_last_ones():
 
 
 def test_a_word_written_another_way_is_not_agreed_and_punctuation_goes_on_the_last_word():
-    utterance = Utterance(0.0)
+    utterance = Utterance(0.0, np.zeros(0, np.float32))
     for rest in ("how many minutes", "How many minutes are", "How many minutes are in"):
         utterance.update(rest, 16000)
     assert utterance.committed == []  # "how" is not "How": the decoder would be forced to write it so
@@ -49,6 +50,35 @@ def test_a_word_written_another_way_is_not_agreed_and_punctuation_goes_on_the_la
     assert utterance.update(", in an hour?", 28000) == []  # it goes on the last committed word
     assert utterance.text() == "How many minutes are, in an hour?"
     assert utterance.shown() == "How many minutes are , in an"  # the guess at the last word is not shown
+
+
+class Counting(STTStage):
+    """Hears one more word of a fixed sentence in every pass; keeps the prefixes it was given."""
+
+    incremental_s = 0.5
+
+    def __init__(self) -> None:
+        self.prefixes: list[str] = []
+
+    def transcribe(self, samples):
+        return "whole", "en"
+
+    def transcribe_from(self, samples, prefix):
+        self.prefixes.append(prefix)
+        heard = "one two three four five six".split()[:len(samples) // 8000]
+        return ("" if not prefix else " ") + " ".join(heard[len(prefix.split()):]), "en"  # " word", as Whisper
+
+
+def test_another_utterance_at_the_same_start_is_not_taken_for_the_open_one():
+    stage, speech = Counting(), np.linspace(-0.5, 0.5, 48000, dtype=np.float32)
+    for end in range(8000, 48001, 8000):
+        list(stage.process(SpeechSoFar((speech[:end],), 16000, 0, 2.0)))
+    assert stage.prefixes[-1] == "one two three" and stage._utterance.committed == ["one", "two", "three", "four"]
+    other = speech[::-1].copy()  # a VAD replaced mid-session starts its clock again: same start, other speech
+    [transcript] = list(stage.process(SpeechSegment(other, 16000, 1, 2.0, 5.0)))
+    assert stage.prefixes[-1] == "" and transcript.text == "one two three four five six"
+    stage.reset()
+    assert stage._utterance is None
 
 
 # ---------------------------------------------------------------------------------------------- on tiny.en
@@ -86,7 +116,7 @@ def spoken(stt, espeak, tmp_path_factory):
             list(stt.process(message))
         committed, before = stt._utterance.prefix, len(stt.decodes)
         segment = so_far[-1].samples
-        [final] = list(stt.process(SpeechSegment(segment, 16000, index, 0.0, len(segment) / 16000)))
+        [final] = list(stt.process(SpeechSegment(segment, 16000, index, float(index), 9.0)))
         whole, _ = stt.transcribe(segment)
         found.append((final.text, committed, whole, stt.decodes[before:], segment))
     return found

@@ -61,11 +61,13 @@ def build_stt(overrides: list[str], folder: Path) -> Any:
 
 def as_spoken(samples: np.ndarray, turn: int, frame: int = 512, every: int = 4, pad: int = 4) -> list[SpeechSoFar]:
     """What the VAD hands an STT that asks for it while ``samples`` are spoken: the utterance so far every ``every``
-    frames, then (the speech paused) all of it with ``pad`` frames of silence, as the segment will hold it."""
+    frames, then (the speech paused) all of it with ``pad`` frames of silence, as the segment will hold it; the
+    utterance starts at ``turn`` seconds."""
     samples = np.concatenate([samples.astype(np.float32), np.zeros(pad * frame, np.float32)])
     frames = tuple(samples[at:at + frame] for at in range(0, len(samples) - frame + 1, frame))
-    return [*(SpeechSoFar(frames[:count], 16000, turn, 0.0) for count in range(every, len(frames) - pad, every)),
-            SpeechSoFar(frames, 16000, turn, 0.0, paused=True)]
+    start = float(turn)  # each clip its own utterance
+    return [*(SpeechSoFar(frames[:count], 16000, turn, start) for count in range(every, len(frames) - pad, every)),
+            SpeechSoFar(frames, 16000, turn, start, paused=True)]
 
 
 def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
@@ -82,7 +84,7 @@ def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
             list(stage.process(message))
         samples = so_far[-1].samples
     start = time.perf_counter()
-    out = list(stage.process(SpeechSegment(samples, 16000, index, 0.0, len(samples) / 16000)))
+    out = list(stage.process(SpeechSegment(samples, 16000, index, float(index), index + len(samples) / 16000)))
     seconds = (time.perf_counter() - start) / (len(clip.samples) / 16000)
     heard = next((m.text for m in out if isinstance(m, Transcript)), "")
     words = len(clip.text.split())

@@ -53,7 +53,8 @@ class STTStage(Stage):
 
     def transcribe_from(self, samples: Any, prefix: str) -> tuple[str | None, str | None]:
         """Incremental backends: the text of ``samples`` (the utterance so far) after ``prefix`` (its committed
-        words, which the decoder is made to start with), and the language. None instead of the text: a decode
+        words, which the decoder is made to start with), and the language. After a prefix the text starts with a
+        space unless its first piece ends the prefix's last word (a comma). None instead of the text: a decode
         the backend does not trust (it would retry it)."""
         raise NotImplementedError
 
@@ -96,10 +97,10 @@ class STTStage(Stage):
         speech paused): it commits the words it and the last pass agree on, and tells what it heard."""
         if not self.incremental_s:
             return
-        utterance = self._utterance
-        if utterance is None or utterance.key != message.start_s:
-            utterance = self._utterance = Utterance(message.start_s)
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
+        utterance = self._utterance
+        if utterance is None or not utterance.holds(message.start_s, samples):
+            utterance = self._utterance = Utterance(message.start_s, samples)
         due = len(samples) - utterance.heard >= self.incremental_s * self.sample_rate or message.paused
         if len(samples) == utterance.heard or not due:
             return
@@ -121,8 +122,8 @@ class STTStage(Stage):
         heard exactly this audio). A segment of another utterance starts afresh; a pass the backend does not
         trust is done again over the whole utterance, as without incremental decoding."""
         utterance = self._utterance
-        if utterance is None or utterance.key != key or len(samples) < utterance.heard:
-            utterance = self._utterance = Utterance(key)
+        if utterance is None or not utterance.holds(key, samples) or len(samples) < utterance.heard:
+            utterance = self._utterance = Utterance(key, samples)
         if utterance.heard == len(samples):
             return utterance.text(), self._language
         with self._one_at_a_time():

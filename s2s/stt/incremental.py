@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+import numpy as np
+
 # consecutive passes that must hear a word alike for it to be committed: with two, tiny.en's guess at a word it
 # heard only the start of ("roundfire jump" for "brown fox jumps") was agreed on and kept
 AGREEING = 3
+HEAD = 1600  # samples an utterance is recognised by, with its start (0.1 s)
 HELD_BACK = 2  # a pass's last words are never committed: where the audio stops Whisper guesses words and commas
 
 
@@ -42,16 +45,22 @@ class Utterance:
     Args:
         key: the utterance's start on the input clock (``start_s``): it names the utterance across a discarded
             speculative turn, whose speech goes on as a new turn from the same start.
+        samples: the utterance so far, whose first ``HEAD`` samples are kept to recognise it.
     """
 
-    def __init__(self, key: float) -> None:
-        self.key = key
+    def __init__(self, key: float, samples: np.ndarray) -> None:
+        self.key, self.head = key, samples[:HEAD].copy()
         self.committed: list[str] = []
         self.tentative: list[str] = []  # the last pass's words after the committed ones
         self.heard = -1  # samples the last pass heard: a segment of exactly these has its words already
         self.said = ""  # the last pass's transcript
         self.recent: deque[list[str]] = deque(maxlen=AGREEING - 1)  # the last passes' words, committed ones included
         self.passes = 0
+
+    def holds(self, key: float, samples: np.ndarray) -> bool:
+        """``samples`` (from the utterance's start) are this utterance: the same start and the same first samples
+        (a VAD replaced mid-session restarts its clock, so a start alone may come again)."""
+        return key == self.key and np.array_equal(samples[:len(self.head)], self.head)
 
     @property
     def prefix(self) -> str:
