@@ -15,7 +15,7 @@ from s2s.bench.roundtrip import word_error_rate
 from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.graph import Graph, NullObserver
-from s2s.messages import (Data, Message, ReplyText, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar,
+from s2s.messages import (AudioChunk, Data, Message, ReplyText, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar,
                           TurnDiscarded)
 from s2s.stage import Source, Stage
 from s2s.stt.base import STTStage
@@ -140,21 +140,19 @@ def test_the_final_transcript_is_as_good_as_one_pass_over_the_whole_utterance(sp
 
 
 def test_a_segment_the_pause_pass_heard_costs_no_decode_and_a_discard_keeps_the_committed_words(stt, spoken):
-    samples = spoken[-1][-1]  # the longest sentence: its passes commit words on every CPU tried
-    stt.reset()
-    so_far = as_spoken(samples, 0)  # the user pauses after it, then says more
-    for message in so_far:
-        list(stt.process(message))
+    samples = spoken[-1][-1]  # the longest sentence, whose passes the fixture made last: its words are committed
+    key = float(len(spoken) - 1)
+    committed = stt._utterance.committed[:]
+    assert committed and stt._utterance.holds(key, samples)
+    list(stt.process(SpeechSoFar((samples,), 16000, 0, key, paused=True)))  # the user pauses after it
     decodes = len(stt.decodes)
-    paused = so_far[-1].samples
-    [speculative] = list(stt.process(SpeechSegment(paused, 16000, 0, 0.0, 1.0, speculative=True)))
+    [speculative] = list(stt.process(SpeechSegment(samples, 16000, 0, key, 9.0, speculative=True)))
     assert len(stt.decodes) == decodes and speculative.speculative  # the pause pass had heard exactly this
     committed = stt._utterance.committed[:]
-    assert committed
     stt.discard(0)  # the user went on: the same utterance (same start) goes on as turn 1
-    more = np.concatenate([paused, spoken[0][-1]])
-    list(stt.process(SpeechSoFar((more,), 16000, 1, 0.0)))
-    assert stt._utterance.committed[:len(committed)] == committed
+    more = np.concatenate([samples, spoken[0][-1]])
+    list(stt.process(SpeechSoFar((more,), 16000, 1, key)))
+    assert stt._utterance.committed[:len(committed)] == committed and len(stt.decodes) == decodes + 1
 
 
 def test_every_backend_but_faster_whisper_keeps_the_whole_utterance_pass():
@@ -239,5 +237,32 @@ def test_a_turn_transcript_arrives_with_incremental_decoding_in_the_real_runner(
 def test_incremental_s_is_validated_before_anything_loads(tmp_path):
     with pytest.raises(ConfigErrors, match=r"stt.incremental_s=0.1: invalid; expected a number from 0.2 to 5"):
         validate(compose_config(["stt.incremental_s=0.1"], tmp_path))
-    validate(compose_config(["stt.incremental_s=null"], tmp_path))
-    assert compose_config([], tmp_path).stt.incremental_s == 0.5
+    assert validate(compose_config(["stt.incremental_s=0.5"], tmp_path))
+    assert compose_config([], tmp_path).stt.incremental_s is None  # off until it measures faster (README)
+
+
+# ---------------------------------------------------------------------------------------------- the server
+def test_a_session_takes_its_partial_transcripts_from_an_incremental_stt(espeak, tmp_path):
+    """No passes of the session's own: the VAD hands the speech so far on, and the STT's words come back."""
+    from s2s.server.outbox import GraphObserver
+    from s2s.server.stages import SessionVAD, TurnCounter
+    from s2s.vad.silero import SileroVAD
+
+    session_vad, sent = SessionVAD(SileroVAD(), TurnCounter()), []
+    session_vad.enable_partials(Counting(), 1.0, lambda turn, text: sent.append((turn, text)), lambda: True)
+    assert session_vad._partials is None  # the STT's own passes serve the deltas
+    session_vad.wanted = frozenset({SpeechSoFar})  # as the graph tells it when the STT asks
+    session_vad.setup()
+    speech = trimmed(audio.read_audio(espeak("Turn on the kitchen lights and close the door.", tmp_path / "s.wav"),
+                                      16000))
+    out = []
+    for block in audio.chunks(np.concatenate([audio.silence(0.3, 16000), speech]), 512):
+        out += list(session_vad.process(AudioChunk(block, 16000)))
+    so_far = [m for m in out if isinstance(m, SpeechSoFar)]
+    assert len(so_far) >= 5 and {m.turn for m in so_far} == {0}  # renumbered into the session's turns
+    from s2s.metrics import Recorder
+
+    observer = GraphObserver(Recorder(tmp_path), None, "vad", "sink", heard=session_vad.heard)  # type: ignore
+    observer.on_output("stt", TranscriptSoFar(0, "Turn on the"), 0.0)  # the turn is still open: it goes out
+    observer.on_output("stt", TranscriptSoFar(7, "other"), 0.0)  # not the open turn: dropped
+    assert sent == [(0, "Turn on the")]
