@@ -111,6 +111,7 @@ class STTStage(Stage):
             log.warning("turn %d: incremental pass failed: %s", message.turn, error)
             return
         if rest is None:  # an unsure pass commits nothing; the next one may be sure
+            utterance.unsure = len(samples)
             return
         utterance.update(rest, len(samples))
         self._language = language
@@ -126,6 +127,8 @@ class STTStage(Stage):
             utterance = self._utterance = Utterance(key, samples)
         if utterance.heard == len(samples):
             return utterance.text(), self._language
+        if utterance.unsure == len(samples):  # the pass at the pause was not sure of this very audio: retry at once
+            return self.recognise(samples)
         with self._one_at_a_time():
             rest, language = self.transcribe_from(samples, utterance.prefix)
             if rest is None:

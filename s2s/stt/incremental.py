@@ -54,6 +54,7 @@ class Utterance:
         self.tentative: list[str] = []  # the last pass's words after the committed ones
         self.heard = -1  # samples the last pass heard: a segment of exactly these has its words already
         self.said = ""  # the last pass's transcript
+        self.unsure = -1  # samples of the last pass the backend was not sure of (it would retry it)
         self.recent: deque[list[str]] = deque(maxlen=AGREEING - 1)  # the last passes' words, committed ones included
         self.passes = 0
 
