@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from s2s.messages import (AudioChunk, Control, Data, EndOfStream, Message, Metric, ReplyAudio, ReplyText,
+from s2s.messages import (AudioChunk, Control, Data, EndOfStream, Message, Metric, Progress, ReplyAudio, ReplyText,
                           SpeechSegment, Transcript, TurnDiscarded, TurnEnd)
 from s2s.stage import Source, Stage
 from s2s.turn_gate import TurnGate
@@ -125,7 +125,7 @@ class Graph:
 
     def __init__(self, stages: list[tuple[str, Stage]], observer: Observer | None = None, *,
                  barge_in: bool = False, half_duplex: bool | None = None, stop_timeout_s: float = 2.0,
-                 first_audio_wait_s: float = 0.0) -> None:
+                 first_audio_wait_s: float = 0.0, wanted: tuple[type[Message], ...] = ()) -> None:
         if not stages or not isinstance(stages[0][1], Source):
             raise ValueError("a graph starts with a Source stage")
         self.stages = stages
@@ -155,8 +155,9 @@ class Graph:
         # feedback: a control that a stage ``takes`` (the VAD a TurnVerdict) goes back to it from whichever later
         # stage emits it; each stage is told what is wanted, so none makes feedback that nobody reads
         self._takers = {kind: index for index, (_, stage) in enumerate(stages) if index > 0 for kind in stage.takes}
-        for _, stage in stages:
-            stage.wanted = frozenset(self._takers)
+        for index, (_, stage) in enumerate(stages):
+            asked = stages[index + 1][1].asks if index + 1 < len(stages) else ()
+            stage.wanted = frozenset([*self._takers, *asked, *wanted])  # wanted: what the observer reads
 
     @property
     def barge_in(self) -> bool:
@@ -287,6 +288,8 @@ class Graph:
                 message = inbox.get(timeout=_POLL_S)
             except queue.Empty:
                 continue
+            if isinstance(message, Progress) and not inbox.empty():
+                continue  # what waits behind it (a newer one, the turn's segment) holds all of it
             if isinstance(message, EndOfStream):
                 self._drain(index, stage.flush())
                 self._emit(index, message)

@@ -55,6 +55,48 @@ class SpeechSegment(Data):
         return len(self.samples) / self.sample_rate
 
 
+@dataclass(frozen=True, eq=False)
+class Progress(Data):
+    """Work in progress on an open turn, made only for a next stage that ``asks`` for it.
+
+    A newer message holds all of an older one: the runner skips one that has anything waiting behind it, so a
+    stage that fell behind starts on the latest (or on the turn's segment) instead of working through a backlog.
+    """
+
+
+@dataclass(frozen=True, eq=False)
+class SpeechSoFar(Progress):
+    """The open utterance so far, while the user speaks: the STT decodes it as it grows (incremental decoding).
+
+    ``start_s`` names the utterance on the input clock: its :class:`SpeechSegment` starts there too, and so does
+    the turn it goes on as when a speculative turn of it is discarded. ``frames`` are the VAD's own blocks
+    (never written), so a message costs no copy of the audio.
+    """
+
+    frames: tuple[np.ndarray, ...]
+    sample_rate: int
+    turn: int
+    start_s: float
+    paused: bool = False  # the speech paused: the samples are what the segment holds if the pause lasts
+
+    @property
+    def samples(self) -> np.ndarray:
+        return np.concatenate(self.frames) if self.frames else np.zeros(0, np.float32)
+
+    @property
+    def duration_s(self) -> float:
+        return sum(len(frame) for frame in self.frames) / self.sample_rate
+
+
+@dataclass(frozen=True)
+class TranscriptSoFar(Control):
+    """What the STT has heard of open turn ``turn`` so far (its words that stopped changing, and a guess at the
+    rest); a run shows it nowhere, the realtime server sends it as transcript deltas."""
+
+    turn: int
+    text: str
+
+
 @dataclass(frozen=True)
 class Transcript(Data):
     """What the user said in one turn."""

@@ -23,8 +23,8 @@ from s2s.turn_gate import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, Turn
 
 log = logging.getLogger("s2s.metrics")
 
-FIGURES = ("voice_to_voice_s", "endpoint_s", "stt_s", "llm_first_token_s", "llm_first_sentence_s", "llm_total_s",
-           "tts_first_audio_s", "held_s", "tts_rtf")
+FIGURES = ("voice_to_voice_s", "endpoint_s", "stt_s", "stt_after_s", "llm_first_token_s", "llm_first_sentence_s",
+           "llm_total_s", "tts_first_audio_s", "held_s", "tts_rtf")
 TEXT_KEYS = ("user", "assistant", "first_chunk")  # what a turn's record holds of its words
 
 
@@ -47,6 +47,7 @@ class Turn:
     anchors: list[tuple[float, float]] = field(default_factory=list)  # (input clock, perf_counter) pairs
     # perf_counter times
     stt_start: float | None = None
+    segment_out: float | None = None  # the VAD let the segment go (the STT may still be busy with a pass)
     stt_end: float | None = None
     llm_start: float | None = None
     llm_first_sentence: float | None = None
@@ -75,6 +76,9 @@ class Turn:
             "endpoint_s": span(self.speech_end_at_s, self.closed_at_s),  # silence waited before work started
             "confirm_s": span(self.speech_end_at_s, self.confirmed_at_s),  # ... and before a reply may play
             "stt_s": span(self.stt_start, self.stt_end),
+            # from the VAD letting the segment go to the transcript: the STT's time after the end of speech,
+            # waiting for a pass over the speech so far included
+            "stt_after_s": span(self.segment_out, self.stt_end),
             "llm_first_token_s": round(self.reported["llm_first_token_s"], 4)
             if "llm_first_token_s" in self.reported else None,
             "llm_first_sentence_s": span(self.llm_start, self.llm_first_sentence),
@@ -222,6 +226,7 @@ class Recorder:
                 turn.speech_end_at_s = message.end_s if message.speech_end_s is None else message.speech_end_s
                 turn.closed_at_s = message.end_s if message.closed_s is None else message.closed_s
                 turn.anchors.append((turn.closed_at_s, now))
+                turn.segment_out = turn.segment_out or now
             elif isinstance(message, TurnConfirmed):
                 turn = self._turn(message.turn)
                 turn.confirmed_at_s = message.at_s

@@ -59,8 +59,11 @@ class Stage:
     requires: ClassVar[Runtime | ByBackend | None] = None
     # control messages a later stage emits that the runner hands back to this one (``steer``), e.g. TurnVerdict
     takes: tuple[type[Control], ...] = ()  # a class or an instance attribute (the VAD's depends on its turn group)
-    # the feedback some stage of this graph takes (set by the runner): a stage makes such messages only when asked
-    wanted: frozenset[type[Control]] = frozenset()
+    # progress on an open turn this stage would like from the one before it (an STT: the speech so far)
+    asks: tuple[type[Data], ...] = ()
+    # set by the runner: the feedback some stage of this graph takes, and the progress the next stage asks for;
+    # a stage makes such messages only when they are wanted
+    wanted: frozenset[type[Message]] = frozenset()
 
     def setup(self) -> None:
         """Load models and open devices. Called once, before the first message."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from s2s.bench.speech import Clip, espeak, espeak_available, recordings
-from s2s.messages import SpeechSegment, Transcript
+from s2s.messages import SpeechSegment, SpeechSoFar, Transcript
 
 SENTENCES = ["What is the capital of France?", "How is the weather in London today?",
              "Please tell me a story about a dragon.", "Good morning to you.", "Turn on the kitchen lights.",
@@ -59,12 +59,32 @@ def build_stt(overrides: list[str], folder: Path) -> Any:
     return set_up(overrides, "stt", folder)
 
 
+def as_spoken(samples: np.ndarray, turn: int, frame: int = 512, every: int = 4, pad: int = 4) -> list[SpeechSoFar]:
+    """What the VAD hands an STT that asks for it while ``samples`` are spoken: the utterance so far every ``every``
+    frames, then (the speech paused) all of it with ``pad`` frames of silence, as the segment will hold it; the
+    utterance starts at ``turn`` seconds."""
+    samples = np.concatenate([samples.astype(np.float32), np.zeros(pad * frame, np.float32)])
+    frames = tuple(samples[at:at + frame] for at in range(0, len(samples) - frame + 1, frame))
+    start = float(turn)  # each clip its own utterance
+    return [*(SpeechSoFar(frames[:count], 16000, turn, start) for count in range(every, len(frames) - pad, every)),
+            SpeechSoFar(frames, 16000, turn, start, paused=True)]
+
+
 def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
-    """(errors, reference words, seconds per second of speech, what was heard) for one clip."""
+    """(errors, reference words, seconds per second of speech, what was heard) for one clip.
+
+    An STT that decodes while the user speaks gets the speech as the VAD would give it first (untimed), and the
+    time is that of the segment alone: what is left after the end of speech.
+    """
     from s2s.bench.roundtrip import word_error_rate
 
+    samples = clip.samples
+    if SpeechSoFar in stage.asks:
+        for message in (so_far := as_spoken(samples, index)):
+            list(stage.process(message))
+        samples = so_far[-1].samples
     start = time.perf_counter()
-    out = list(stage.process(SpeechSegment(clip.samples, 16000, index, 0.0, len(clip.samples) / 16000)))
+    out = list(stage.process(SpeechSegment(samples, 16000, index, float(index), index + len(samples) / 16000)))
     seconds = (time.perf_counter() - start) / (len(clip.samples) / 16000)
     heard = next((m.text for m in out if isinstance(m, Transcript)), "")
     words = len(clip.text.split())

