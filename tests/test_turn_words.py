@@ -101,9 +101,16 @@ class Heard:
         return self.done
 
 
-@pytest.mark.parametrize("audio_done,words,after_s", [(True, 0.6, 0.3), (False, 0.6, 1.5), (True, 0.01, 1.5)])
-def test_fused_ends_at_once_only_when_the_audio_and_the_words_say_done(question, audio_done, words, after_s):
-    vad = SileroVAD(turn={"detector": "fused", "threshold": 0.5, "words_threshold": 0.1, "max_silence_ms": 1500})
+@pytest.mark.parametrize("audio_done,words,words_done_ms,after_s", [
+    (True, 0.6, 600, 0.3),  # both done: at once (the verdict comes at the speculative silence)
+    (False, 0.6, 600, 0.6),  # the words done, the audio not: the words' own silence
+    (False, 0.6, None, 1.5),  # ... or the long wait, when words_done_ms is null
+    (True, 0.01, 600, 1.5),  # the words unfinished: the long wait, whatever the audio says
+])
+def test_fused_ends_at_once_when_both_say_done_and_waits_longest_for_unfinished_words(question, audio_done, words,
+                                                                                       words_done_ms, after_s):
+    vad = SileroVAD(turn={"detector": "fused", "threshold": 0.5, "words_threshold": 0.1, "max_silence_ms": 1500,
+                          "words_done_ms": words_done_ms})
     vad.detector = heard = Heard(audio_done)
     segment, confirmed = ended(run_vad(question, words, vad=vad))
     assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.07)

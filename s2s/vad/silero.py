@@ -158,6 +158,7 @@ class SileroVAD(Stage):
         self._started_sent = False
         self._speculated = False  # a speculative segment of the open turn is out
         self._heard_done = False  # turn=fused: Smart Turn heard the open speculative turn complete
+        self._words_done: int | None = None  # turn=fused: the words said done, the audio not: this silence ends it
         self._position = 0  # samples consumed so far
         self._segment_start = 0
         if self._model is not None:
@@ -201,7 +202,7 @@ class SileroVAD(Stage):
             if self._speculated:  # the user went on: the early attempt is void, the utterance continues
                 yield TurnDiscarded(self._turn)
                 self._turn += 1
-                self._speculated = False
+                self._speculated, self._words_done = False, None
         length = FRAME * len(self._speech)
         voiced = length - self._silence
         if not self._started_sent and voiced >= self.min_speech:
@@ -212,7 +213,7 @@ class SileroVAD(Stage):
                 yield self._so_far(self._speech)
             elif self._silence == max(1, self.pad_frames) * FRAME:
                 yield self._so_far(self._kept(), paused=True)
-        if self._silence >= self._end_silence:
+        if self._silence >= (self._words_done or self._end_silence):
             if self._speculated:
                 yield TurnConfirmed(self._turn, self._now())
                 self._end_turn()
@@ -240,7 +241,12 @@ class SileroVAD(Stage):
             return
         settings = self._turn_settings
         done = message.complete_probability >= (settings.words_threshold if self._fused else settings.threshold)
-        if done and (self._heard_done or not self._fused):  # fused: both the words and the audio say done
+        if done and not (self._heard_done or not self._fused) and settings.words_done_ms is not None:
+            self._words_done = _samples(settings.words_done_ms)  # fused: the words say done, the audio does not
+            done = self._silence >= self._words_done  # ... and that much silence may already have passed
+        elif done and self._fused:
+            done = self._heard_done  # fused: both the words and the audio say done
+        if done:
             yield TurnConfirmed(self._turn, self._position / RATE)
             self._end_turn()
 
@@ -272,6 +278,7 @@ class SileroVAD(Stage):
         if self._speculated:
             self._turn += 1
         self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
+        self._words_done = None
         self._triggered = continues
         self._segment_start = self._position + FRAME
         self._ring.clear()

@@ -71,18 +71,23 @@ class WordsSettings:
 
 class FusedSettings:
     """``turn=fused``: Smart Turn hears the audio at the speculative silence, the LLM reads the words; the turn
-    ends at once only when both say done, and otherwise after ``max_silence_ms``.
+    ends at once when both say done, after ``words_done_ms`` of silence when only the words do, and otherwise
+    (the words unfinished, or no verdict) after ``max_silence_ms``.
 
     Args:
         threshold: Smart Turn's completion probability that counts as done.
         words_threshold: the words' end-of-turn probability that counts as done (see :class:`WordsSettings`).
-        max_silence_ms: the silence that ends a turn either judged unfinished.
+        max_silence_ms: the silence that ends a turn whose words are judged unfinished.
+        words_done_ms: the silence that ends a turn whose words are done but whose audio Smart Turn judged
+            unfinished (it misjudges espeak and many complete real statements); null: ``max_silence_ms``.
     """
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
                  words_threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.2,
-                 max_silence_ms: Annotated[int, Range(300, 10000)] = 1400) -> None:
+                 max_silence_ms: Annotated[int, Range(300, 10000)] = 1400,
+                 words_done_ms: Annotated[int, Range(100, 10000)] | None = 600) -> None:
         self.threshold, self.words_threshold, self.max_silence_ms = threshold, words_threshold, max_silence_ms
+        self.words_done_ms = words_done_ms
 
 
 DETECTORS: dict[str, type] = {"silence": Silence, "smart_turn": SmartTurnSettings, "words": WordsSettings,
