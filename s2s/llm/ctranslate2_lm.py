@@ -16,12 +16,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from s2s.config_errors import ConfigError, OneOf, Range, ValidationContext
-from s2s.languages import WHISPER_LANGUAGES
+from s2s.config_errors import ConfigError, ValidationContext
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.calibration import CalibratedReplies, Capped, Confidence, Measure, calibrated
+from s2s.llm.keywords import (FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns, MaxNewTokens,
+                              RepetitionPenalty, ReplyLanguage, Temperature, Threshold)
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
 from s2s.models import build_once, cache_root, local_path, model_source
@@ -142,17 +143,17 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
     """
 
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto", compute_type: ComputeType = "int8",
-                 system_prompt: str | None = None, max_new_tokens: Annotated[int, Range(1, 4096)] = 64,
-                 history_turns: Annotated[int, Range(0, 1000)] = 4,
-                 history_tokens: Annotated[int, Range(1)] | None = None,
-                 temperature: Annotated[float, Range(0, 5)] = 0.0,
-                 repetition_penalty: Annotated[float, Range(1, 2)] = 1.15, static_prompt: bool = True,
-                 first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
-                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 system_prompt: str | None = None, max_new_tokens: MaxNewTokens = 64,
+                 history_turns: HistoryTurns = 4,
+                 history_tokens: HistoryTokens = None,
+                 temperature: Temperature = 0.0,
+                 repetition_penalty: RepetitionPenalty = 1.15, static_prompt: bool = True,
+                 first_chunk_words: FirstChunkWords = FIRST_CHUNK_WORDS,
+                 first_chunk_min_words: FirstChunkMinWords = FIRST_CHUNK_MIN_WORDS,
+                 language: ReplyLanguage = "en",
                  follow_user_language: bool = True, cache_dir: str | None = None,
-                 tools: str | None = None, unsure_below: Annotated[float, Range(0, 1)] | None = None,
-                 dont_know_below: Annotated[float, Range(0, 1)] | None = None,
+                 tools: str | None = None, unsure_below: Threshold = None,
+                 dont_know_below: Threshold = None,
                  unsure_measure: Measure = "mean") -> None:
         self.model_name = model
         self.device = "cpu" if device in ("auto", "mps") else device  # validation has resolved auto already

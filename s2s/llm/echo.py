@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated
 
-from s2s.config_errors import OneOf, Range
-from s2s.languages import WHISPER_LANGUAGES
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.keywords import FirstChunkMinWords, FirstChunkWords, ReplyLanguage
 
 
 class EchoLM(LLMStage):
@@ -20,9 +18,9 @@ class EchoLM(LLMStage):
             user's own language already.
     """
 
-    def __init__(self, prefix: str = "", first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
-                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+    def __init__(self, prefix: str = "", first_chunk_words: FirstChunkWords = FIRST_CHUNK_WORDS,
+                 first_chunk_min_words: FirstChunkMinWords = FIRST_CHUNK_MIN_WORDS,
+                 language: ReplyLanguage = "en",
                  follow_user_language: bool = True) -> None:
         self.prefix = prefix
         self._init_chat(None, 0, first_chunk_words=first_chunk_words, first_chunk_min_words=first_chunk_min_words,

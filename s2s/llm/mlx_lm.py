@@ -5,9 +5,10 @@ import logging
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from s2s.config_errors import OneOf, Range, ValidationContext
-from s2s.languages import WHISPER_LANGUAGES
+from s2s.config_errors import Range, ValidationContext
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.keywords import (FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns, MaxNewTokens,
+                              ReplyLanguage, Temperature)
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import loadable, model_folder_error
 from s2s.runtimes import Runtime
@@ -40,12 +41,12 @@ class MLXLM(TemplateTools, LLMStage):
     requires = Runtime("mlx", option="mlx_lm", instead="llm=transformers")
 
     def __init__(self, model: str = "mlx-community/Qwen2.5-0.5B-Instruct-4bit", system_prompt: str | None = None,
-                 max_new_tokens: Annotated[int, Range(1, 4096)] = 64, history_turns: Annotated[int, Range(0)] = 4,
-                 history_tokens: Annotated[int, Range(1)] | None = None,
-                 temperature: Annotated[float, Range(0, 5)] = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
-                 tools: str | None = None, first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
-                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 max_new_tokens: MaxNewTokens = 64, history_turns: HistoryTurns = 4,
+                 history_tokens: HistoryTokens = None,
+                 temperature: Temperature = 0.0, top_p: Annotated[float, Range(0, 1)] = 0.0,
+                 tools: str | None = None, first_chunk_words: FirstChunkWords = FIRST_CHUNK_WORDS,
+                 first_chunk_min_words: FirstChunkMinWords = FIRST_CHUNK_MIN_WORDS,
+                 language: ReplyLanguage = "en",
                  follow_user_language: bool = True) -> None:
         self.model_name = model
         self.max_new_tokens = max_new_tokens

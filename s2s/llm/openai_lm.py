@@ -5,9 +5,9 @@ import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from s2s.config_errors import OneOf, Range, ValidationContext
-from s2s.languages import WHISPER_LANGUAGES
+from s2s.config_errors import Range, ValidationContext
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
+from s2s.llm.keywords import FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns, ReplyLanguage
 from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
 from s2s.openai_api import cause, check_base_url, connect, detail
 from s2s.stage import require
@@ -45,11 +45,11 @@ class OpenAILM(LLMStage):
                  max_tokens: Annotated[int, Range(1)] = 64,
                  reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None,
                  timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0, system_prompt: str | None = None,
-                 history_turns: Annotated[int, Range(0)] = 4,
-                 history_tokens: Annotated[int, Range(1)] | None = None, tools: str | None = None,
-                 first_chunk_words: Annotated[int, Range(0)] = FIRST_CHUNK_WORDS,
-                 first_chunk_min_words: Annotated[int, Range(1)] = FIRST_CHUNK_MIN_WORDS,
-                 language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
+                 history_turns: HistoryTurns = 4,
+                 history_tokens: HistoryTokens = None, tools: str | None = None,
+                 first_chunk_words: FirstChunkWords = FIRST_CHUNK_WORDS,
+                 first_chunk_min_words: FirstChunkMinWords = FIRST_CHUNK_MIN_WORDS,
+                 language: ReplyLanguage = "en",
                  follow_user_language: bool = True,
                  ) -> None:
         self.base_url = base_url.rstrip("/")
