@@ -46,20 +46,22 @@ class ConfigProblems(ValueError):
 
 
 def _checked(overrides: list[str], output_dir: Path) -> tuple[Any, list[StageSpec]]:
-    """The composed config of ``overrides`` (platform detected) and its stages, or :class:`ConfigProblems`."""
-    from s2s import preflight, hydra_guard, job
+    """The composed config of ``overrides`` (platform detected) and its stages, or :class:`ConfigProblems`.
+
+    The target allowlist is checked on the whole composed config, ``hydra`` node included, as the command line's
+    guard does; the guard itself is not installed, since a program's own Hydra use is its business (nothing here
+    runs Hydra's callbacks or launchers: only the checked stages are built)."""
+    from s2s import job, preflight
+    from s2s.allowlist import target_errors
     from s2s.compose import compose, prepare_argv
     from s2s.platform import fix_allocator
 
     fix_allocator()
-    hydra_guard.install()  # every config Hydra composes is checked, as on the command line
     argv = prepare_argv(overrides)
-    try:
-        problems = preflight.check(argv)
-    except hydra_guard.UnsafeConfig as unsafe:  # a SystemExit for the command line; an exception here
-        raise ConfigProblems(unsafe.problems) from None
-    if problems:
+    if problems := preflight.check(argv):
         raise ConfigProblems(problems)
+    if unsafe := target_errors(compose(argv)):
+        raise ConfigProblems([str(error) for error in unsafe])
     cfg = compose(argv, output_dir, hydra_node=False)
     specs, errors = job.problems(cfg)
     if errors:

@@ -73,6 +73,7 @@ def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSetting
         return 130
     finally:
         pool.close()
+        sharing.enable(False)  # the shared weights go with the pipelines (a program's server may be one of many)
 
 
 async def _serve(server: SessionServer, stop_when: threading.Event | None,
