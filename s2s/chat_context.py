@@ -33,7 +33,7 @@ class ChatContext:
         self.spoken = True  # replies are said aloud; False: text only (output_modalities ["text"])
         self._messages: list[dict[str, Any]] = []
         self._owners: list[int] = []  # the turn each message belongs to
-        self._plans: dict[int, tuple[Any, Any, bool]] = {}  # turn -> (instructions, toolbox, remember)
+        self._plans: dict[int, tuple[Any, Any, bool, Any]] = {}  # turn -> (instructions, toolbox, remember, spoken)
         self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
         self._lock = threading.Lock()
 

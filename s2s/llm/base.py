@@ -64,11 +64,7 @@ class LLMStage(Stage):
         self.first_chunk_min_words = first_chunk_min_words  # ... but never fewer ("Yes," alone sounds clipped)
         self._own_tools: Toolbox | None = None  # llm.tools, loaded in setup
         self._toolbox: Toolbox | None = None  # the tools of the turn being answered (backends offer these)
-        self.context = self.new_context()  # the conversation it is lent: a local run's own until one is lent
-
-    def new_context(self, log_content: bool = True) -> ChatContext:
-        """A fresh conversation with this stage's configured system prompt and history budget."""
-        return ChatContext(log_content=log_content)
+        self.context = ChatContext()  # the conversation it is lent: a local run's own until one is lent
 
     def _load_tools(self) -> None:
         """Import the ``llm.tools`` module (trusted user code); called from ``setup``."""
@@ -84,7 +80,7 @@ class LLMStage(Stage):
 
     def reset(self) -> None:
         """A new conversation (the local run's reset; a pool's pipeline forgets the session it was lent to)."""
-        self.context = self.new_context()
+        self.context = ChatContext()
 
     def discard(self, turn: int) -> None:
         """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""

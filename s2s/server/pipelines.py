@@ -51,11 +51,10 @@ class Pipeline:
         ``log_content``: whether the words may reach the log (``server.log_transcripts``). :meth:`release`
         takes it back (the stage's ``reset`` starts another), so nothing of it reaches the next session.
         """
-        llm = self.llm
-        if not isinstance(llm, LLMStage):  # an LLM without a conversation: the session's edits go nowhere
-            return ChatContext(log_content=log_content)
-        llm.context = llm.new_context(log_content)
-        return llm.context
+        context = ChatContext(log_content=log_content)
+        if isinstance(self.llm, LLMStage):  # another LLM keeps no conversation: the edits go nowhere
+            self.llm.context = context
+        return context
 
     def change_in_place(self, group: str, changes: dict[str, Any], context: ValidationContext) -> bool:
         """Apply a session's TTS ``changes`` to the pooled stage, model kept (False: it cannot; nothing changed).

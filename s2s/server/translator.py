@@ -271,9 +271,8 @@ class Translator:
         if floats is None:
             if response.resampler is None:
                 return []
-            floats, rate = response.resampler.flush(), response.resampler.rate_out
-        else:
-            rate = response.resampler.rate_out
+            floats = response.resampler.flush()
+        rate = response.resampler.rate_out
         samples = audio.float_to_int16(floats)
         response.audio_s += len(samples) / rate
         response.chunk_audio[chunk] = response.chunk_audio.get(chunk, 0.0) + len(samples) / rate

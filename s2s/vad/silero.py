@@ -241,11 +241,11 @@ class SileroVAD(Stage):
             return
         settings = self._turn_settings
         done = message.complete_probability >= (settings.words_threshold if self._fused else settings.threshold)
-        if done and not (self._heard_done or not self._fused) and settings.words_done_ms is not None:
-            self._words_done = _samples(settings.words_done_ms)  # fused: the words say done, the audio does not
+        if done and self._fused and not self._heard_done:  # the words say done, the audio does not
+            if settings.words_done_ms is None:  # both must say done
+                return
+            self._words_done = _samples(settings.words_done_ms)
             done = self._silence >= self._words_done  # ... and that much silence may already have passed
-        elif done and self._fused:
-            done = self._heard_done  # fused: both the words and the audio say done
         if done:
             yield TurnConfirmed(self._turn, self._position / RATE)
             self._end_turn()
