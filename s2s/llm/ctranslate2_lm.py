@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.calibration import CalibratedReplies, Capped, Confidence, Measure, calibrated
 from s2s.llm.keywords import (FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns, MaxNewTokens,
                               RepetitionPenalty, ReplyLanguage, Temperature, Threshold)
+from s2s.llm.sentence_end import bare_words, sentence_end_ids
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
 from s2s.models import build_once, cache_root, local_path, model_source
@@ -169,6 +169,7 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         self._generator: Any = None
         self._tokenizer: Any = None
         self._end_ids: list[int] = []
+        self._sentence_ends: list[int] = []
         self._static: dict[str, list[int]] = {}  # rendered system part -> its token ids
 
     @classmethod
@@ -191,6 +192,7 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         path = resolve_model(self.model_name, self.cache_dir, self.compute_type)
         self._tokenizer = ChatTokenizer(path)
         self._end_ids = self._end_tokens(path)
+        self._sentence_ends = sentence_end_ids(self._tokenizer, self._end_ids)
         device, _, index = self.device.partition(":")
         threads = self.threads or 0  # 0: CTranslate2's default (every core)
         self._generator = shared_model(  # one copy per process when the realtime server shares weights
@@ -235,20 +237,17 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         return [], ids
 
     def end_of_turn_probability(self, messages: list[dict[str, Any]]) -> float | None:
-        """P(the template's end-of-turn token | the chat up to the user's words), from one ``score_batch`` call.
+        """P(the user's words end here): the model's probability, right after the words, of a sentence end ("." "?"
+        "!" or a token starting with one) or of the end-of-turn token; one ``forward_batch`` call.
 
-        Whisper's punctuation is kept: measured on SmolLM2, it carries most of the signal ("What should I cook."
-        0.57, "What is the capital of." 0.001); without it finished questions fall under 0.05 too. A trailing
-        ellipsis (Whisper's mark of speech trailing off) is dropped, as it says nothing of the words. A final
-        "?" or "!" is read as ".": Whisper closes half-questions with "?" ("What is the capital?" 0.25, "What is the
-        capital on?" 0.52 as heard; 0.01 with "."), while finished ones keep 0.67-0.90 with "." (measured on the
-        turn bench's espeak halves; python -m s2s.bench turns).
+        Whisper's closing marks are taken off first ("...", "-", "?", ".", ","): they follow the audio, not the
+        words (it closes half-questions with "?" and trailing speech with "..."), and the model then says itself
+        whether the words could stop there. Measured on the turn bench's real recordings (python -m s2s.bench
+        turns): finished statements 0.14-0.66 ("He turned sharply and faced Gregson across the table" 0.59), the
+        first halves of paused ones mostly under 0.05 ("He began a confused complaint against" 0.001); the
+        end-of-turn token alone after the words as heard gave the finished ones 0.01-0.26, under the halves.
         """
-        text = str(messages[-1]["content"] or "").rstrip()
-        while text.endswith(("...", "\u2026")):
-            text = text.removesuffix("...").removesuffix("\u2026").rstrip()
-        if text.endswith(("?", "!")):
-            text = text.rstrip("?!").rstrip() + "."
+        text = bare_words(str(messages[-1]["content"] or ""))
         if not text:
             return None
         chat = [*messages[:-1], {**messages[-1], "content": text}]
@@ -256,8 +255,10 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         ends = [index for index, token in enumerate(ids) if token in self._end_ids]
         if not ends:  # a template with no end-of-turn token after the user's words cannot be scored
             return None
-        [scored] = self._generator.score_batch([self._tokenizer.tokens(ids[:ends[-1] + 1])])
-        return math.exp(scored.log_probs[-1])
+        import numpy as np
+
+        log_probs = self._generator.forward_batch([self._tokenizer.tokens(ids[:ends[-1]])], return_log_probs=True)
+        return float(np.exp(np.asarray(log_probs)[0, -1, self._sentence_ends]).sum())
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped]:
         static, rest = self.prompt(self._with_tools(messages))

@@ -51,20 +51,22 @@ class SmartTurnSettings:
 class WordsSettings:
     """``turn=words``: the LLM reads the speculative turn's transcript and says how likely the words end it.
 
-    The LLM stage yields a :class:`~s2s.messages.TurnVerdict` (its chat model's probability of the end-of-turn
-    token after the user's words) before it starts the speculative reply, and the runner hands it back to the
-    VAD: at or above ``threshold`` the still-silent turn ends at once; below it, or with no verdict (an LLM
-    that cannot score), the turn ends after ``max_silence_ms`` of silence, unless the user goes on.
+    The LLM stage yields a :class:`~s2s.messages.TurnVerdict` (its chat model's probability that the words end
+    there, :meth:`~s2s.llm.ctranslate2_lm.CTranslate2LM.end_of_turn_probability`) before it starts the speculative
+    reply, and the runner hands it back to the VAD: at or above ``threshold`` the still-silent turn ends at once;
+    below it, or with no verdict (an LLM that cannot score), the turn ends after ``max_silence_ms`` of silence,
+    unless the user goes on.
 
     Args:
-        threshold: end-of-turn probability at or above which the turn ends at once. SmolLM2's is small even
-            for finished sentences (0.01-0.9; the first halves of real people's paused sentences reach 0.26), hence
-            the low default, which still cut off 2 of 23 real pauses on the turn bench.
+        threshold: the probability at or above which the turn ends at once. On the turn bench's real recordings
+            finished statements scored 0.14-0.66 and the first halves of paused sentences mostly under 0.05, but
+            halves that are sentences themselves ("Go forward", "... just before I tipped over onto its top")
+            0.16-0.42: 0.25 cut 1 of 23 real pauses with instant verdicts, 0.2 cut 4.
         max_silence_ms: the silence that ends a turn whose words look unfinished: longer than a 1.2 s pause,
             within the 1.5 s a finished turn may wait.
     """
 
-    def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.3,
+    def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.25,
                  max_silence_ms: Annotated[int, Range(300, 10000)] = 1400) -> None:
         self.threshold, self.max_silence_ms = threshold, max_silence_ms
 
@@ -83,7 +85,7 @@ class FusedSettings:
     """
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
-                 words_threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.2,
+                 words_threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.25,
                  max_silence_ms: Annotated[int, Range(300, 10000)] = 1400,
                  words_done_ms: Annotated[int, Range(100, 10000)] | None = 600) -> None:
         self.threshold, self.words_threshold, self.max_silence_ms = threshold, words_threshold, max_silence_ms

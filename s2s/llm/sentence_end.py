@@ -1,0 +1,29 @@
+"""What ``turn=words`` and ``turn=fused`` read from a transcript: whether its words could end a sentence.
+
+The LLM stage scores the words with the marks Whisper closed them with taken off (:func:`bare_words`), and sums
+its model's probability of the tokens that would end them (:func:`sentence_end_ids`).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+_CLOSING = re.compile(r"[\s.?!,;:\-\u2026\u2013\u2014]+$")
+
+
+def bare_words(text: str) -> str:
+    """``text`` without the marks that close it ("capital of France?" -> "capital of France")."""
+    return _CLOSING.sub("", text.strip())
+
+
+def sentence_end_ids(tokenizer: Any, end_of_turn: Iterable[int]) -> list[int]:
+    """Ids of the tokens that end a sentence after a word: those that start with "." "?" or "!" (not an ellipsis;
+    with or without the tokenizer's space or newline marks), and the end-of-turn tokens."""
+    size = tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)
+    ends = set(end_of_turn)
+    for index, token in enumerate(tokenizer.tokens(list(range(size)))):
+        text = (token or "").replace("\u0120", " ").replace("\u010a", "\n").strip()
+        if text[:1] in (".", "?", "!") and not text.startswith(".."):
+            ends.add(index)
+    return sorted(ends)
