@@ -2,7 +2,8 @@
 
 One real server for the module (``llm=echo``, the smallest pipeline of the server tests), driven through the
 official openai SDK: sessions routed to replicas with a free pipeline, the third refused as a local server
-refuses it, a replica's actor killed with ``ray.kill`` mid-reply and replaced by Ray Serve. The bad inputs
+refuses it, a replica's actor killed with ``ray.kill`` mid-reply and replaced by Ray Serve, the front's
+actor killed and restarted on its port. The bad inputs
 (``server.replicas=0``, ``RAY_ADDRESS``) are each one line and exit 2, without waiting for anything.
 """
 from __future__ import annotations
@@ -155,6 +156,42 @@ def test_a_killed_replica_ends_its_session_and_is_replaced_while_the_other_goes_
     _, document = server.get("/v1/sessions")
     assert {"id": doomed_id, "replica": victim["replica"], "status": "replica_failed"} in document["sessions"]
 
+
+
+def test_a_killed_front_is_restarted_on_its_port_and_new_sessions_get_replies(server, espeak, tmp_path):
+    """A front killed outright can tell its clients nothing (a stopping one does: tests/test_server_front.py);
+    Ray Serve starts a new one, which listens on the same port and learns the replicas from their heartbeats."""
+    import ray
+
+    question = pcm16(espeak("What is the capital of France?", tmp_path / "q.wav"))
+    with connect(server) as doomed_connection:
+        doomed = Events(doomed_connection)
+        doomed.until("session.created", 60)
+        ray.init(address=GCS.search(server.output).group(1), log_to_driver=False)
+        try:
+            fronts = [actor for actor in ray.util.list_named_actors(all_namespaces=True)
+                      if actor["namespace"] == "serve" and "#Front#" in actor["name"]]
+            assert len(fronts) == 1, fronts
+            ray.kill(ray.get_actor(fronts[0]["name"], namespace="serve"), no_restart=True)
+        finally:
+            ray.shutdown()
+        assert doomed.closed.wait(30), "the killed front's connection was dropped"
+
+    def serving() -> bool:
+        try:
+            status, health = server.get("/health", api_key=None)
+        except OSError:  # nothing listens yet
+            return False
+        return status == 200 and health["replicas"] == {"ready": 2, "wanted": 2}
+
+    wait_for(serving, 120, "Ray Serve restarts the front on its port and it sees both replicas")
+    with connect(server) as new_connection:
+        new = Events(new_connection)
+        new.until("session.created", 60)
+        send_speech(new_connection, question)
+        done = new.until("response.done", 120)
+        assert done.response.status == "completed" and len(reply_audio(new.all, done.response.id)) > 24000 * 0.3
+    server.wait_idle()
 
 def test_dry_run_prints_the_deployment_and_the_graph(tmp_path):
     result = run_cli("server=realtime", "server.engine=ray", "server.replicas=3", "server.max_sessions=2",

@@ -223,6 +223,18 @@ class Front:
             loop.stop()
 
 
+def fixed_port(host: str, port: int) -> int:
+    """``port``, or for 0 a free port of ``host`` chosen now: a front that Serve restarts (its actor died) binds
+    the same one, so clients reconnect where they were."""
+    if port:
+        return port
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
 def build_app(config: dict[str, Any], settings: ServerSettings, replica_key: str, replica_host: str | None,
               front_node: str | None) -> Any:
     """The Serve application: :class:`Front` pinned to ``front_node`` and ``settings.replicas`` :class:`Replica`.
@@ -246,6 +258,7 @@ def build_app(config: dict[str, Any], settings: ServerSettings, replica_key: str
     front = serve.deployment(Front, name="Front", **common).options(
         num_replicas=1, max_ongoing_requests=1000, health_check_timeout_s=10,
         ray_actor_options={"num_cpus": 0, "resources": {f"node:{front_node or '__internal_head__'}": 0.001}})
+    settings = dataclasses.replace(settings, port=fixed_port(settings.host, settings.port))
     # host None: the replica binds its node's address (ServerSettings.host is a str once the replica has it)
     replica_settings = dataclasses.replace(settings, host=replica_host, port=0, api_key=replica_key)  # type: ignore
     return front.bind(settings, replica_key, replica.bind(config, replica_settings))
