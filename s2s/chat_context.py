@@ -1,4 +1,5 @@
-"""One conversation: the system prompt, the history by turn, the client's edits, each turn's plan and the tools.
+"""One conversation: the system prompt, the history by turn, the client's edits, each turn's plan, the tools, the
+summary of what it compacted (s2s/compaction.py) and the tokens it has cost.
 
 The conversation belongs to whoever talks: a local run has one, and each realtime session owns its own. The
 LLM stage is lent one (``LLMStage.context``) and reads and writes only that, so a pooled pipeline carries
@@ -7,10 +8,15 @@ nothing of a session over to the next one: the session's context goes with the s
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from s2s.compaction import Compaction, Summarise, request
+from s2s.usage import Usage
+
+log = logging.getLogger("s2s.compaction")
 KEEP: Any = object()  # an option not given: the owner's own setting holds (the stage's tools, the system prompt)
 
 
@@ -35,6 +41,9 @@ class ChatContext:
         self._owners: list[int] = []  # the turn each message belongs to
         self._plans: dict[int, tuple[Any, Any, bool, Any]] = {}  # turn -> (instructions, toolbox, remember, spoken)
         self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
+        self.summary: str | None = None  # what compaction made of the exchanges it took out of the history
+        self._usage = Usage()  # every token the LLM spent on this conversation (replies, attempts, summaries)
+        self._compaction: Compaction | None = None  # the summary being written
         self._lock = threading.Lock()
 
     def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True,
@@ -91,19 +100,81 @@ class ChatContext:
         """What a model sees again: the newest exchanges that fit both ``turns`` and ``tokens`` (None: no token
         budget; ``count_tokens`` measures), oldest first; the oldest go first, a whole exchange at a time."""
         with self._lock:
-            messages, owners = self._messages, self._owners
-            recent = list(dict.fromkeys(owners))[-turns:] if turns > 0 else []
-            if tokens is not None:  # the newest exchanges that fit; the first that does not ends it
-                budget, fits = tokens, []
-                for turn in reversed(recent):
-                    budget -= sum(count_tokens(str(message["content"] or ""))
-                                  for message, owner in zip(messages, owners) if owner == turn)
-                    if budget < 0:
-                        break
-                    fits.append(turn)
-                recent = fits
-            kept = set(recent)
-            return [dict(message) for message, owner in zip(messages, owners) if owner in kept]
+            kept = set(self._recent(turns, tokens, count_tokens))
+            return [dict(message) for message, owner in zip(self._messages, self._owners) if owner in kept]
+
+    def count(self, usage: Usage) -> None:
+        """Add what one generation for this conversation cost."""
+        with self._lock:
+            self._usage += usage
+
+    @property
+    def usage(self) -> Usage:
+        """Every token the LLM spent on this conversation so far."""
+        with self._lock:
+            return self._usage
+
+    def compact(self, turns: int, tokens: int | None, count_tokens: Callable[[str], int],
+                summarise: Summarise) -> bool:
+        """Start summarising the history if it passed its budget; True when a summary is now being written.
+
+        When exchanges lie outside the window of ``turns`` and ``tokens``, those and the older half of the
+        window (all but the newest exchanges within half of each budget) are summarised in a thread, with the
+        summary so far; the result replaces them. One summary at a time. The history is left alone when it
+        changed meanwhile (a client's edit, a reply cut short), when the summary was stopped
+        (:meth:`cancel_compaction`) or failed: the next reply tries again.
+        """
+        with self._lock:
+            if self._compaction is not None and self._compaction.running:
+                return False
+            if len(self._recent(turns, tokens, count_tokens)) == len(set(self._owners)):
+                return False  # everything still fits
+            keep = set(self._recent(-(-turns // 2), None if tokens is None else -(-tokens // 2), count_tokens))
+            covered = [(dict(message), owner) for message, owner in zip(self._messages, self._owners)
+                       if owner not in keep]
+            previous = self.summary
+            job = Compaction(summarise, request(previous, [message for message, _ in covered]),
+                             lambda summary, usage: self._compacted(covered, previous, summary, usage))
+            self._compaction = job
+        job.start()
+        return True
+
+    def cancel_compaction(self, wait_s: float = 0.0) -> None:
+        """Stop a summary being written (a new turn is about to be answered); ``wait_s``: wait for its thread."""
+        with self._lock:
+            job = self._compaction
+        if job is not None:
+            job.stop(wait_s)
+
+    def _compacted(self, covered: list[tuple[dict[str, Any], int]], previous: str | None, summary: str | None,
+                   usage: Usage | None) -> None:
+        """A summary of ``covered`` is done (None: none came): it replaces them if they are still as they were."""
+        turns = {owner for _, owner in covered}
+        with self._lock:
+            if usage is not None:
+                self._usage += usage
+            now = [(message, owner) for message, owner in zip(self._messages, self._owners) if owner in turns]
+            if summary is None or self.summary != previous or now != covered:
+                return
+            kept = [index for index, owner in enumerate(self._owners) if owner not in turns]
+            self._messages = [self._messages[index] for index in kept]
+            self._owners = [self._owners[index] for index in kept]
+            self.summary = summary
+        log.info("history: %d exchanges summarised into %d characters", len(turns), len(summary))
+
+    def _recent(self, turns: int, tokens: int | None, count_tokens: Callable[[str], int]) -> list[int]:
+        """The turns of the newest exchanges within both budgets, oldest first (the caller holds the lock)."""
+        recent = list(dict.fromkeys(self._owners))[-turns:] if turns > 0 else []
+        if tokens is None:
+            return recent
+        budget, fits = tokens, []  # the newest exchanges that fit; the first that does not ends it
+        for turn in reversed(recent):
+            budget -= sum(count_tokens(str(message["content"] or ""))
+                          for message, owner in zip(self._messages, self._owners) if owner == turn)
+            if budget < 0:
+                break
+            fits.append(turn)
+        return fits[::-1]
 
     def _apply_edits(self, turn: int) -> None:
         kept_messages, kept_owners = [], []

@@ -257,6 +257,9 @@ class Recorder:
         with self._lock:
             if "event" in metric.extra:  # a tool call and its result, an LLM error: kept in order, not a figure
                 self._turn(metric.turn).events.append({"seconds": round(metric.value, 4), **metric.extra})
+            elif metric.name.endswith("_tokens"):  # counts add up (each tool round's tokens); timings replace
+                reported = self._turn(metric.turn).reported
+                reported[metric.name] = reported.get(metric.name, 0) + metric.value
             else:
                 self._turn(metric.turn).reported[metric.name] = metric.value
 

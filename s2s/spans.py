@@ -5,7 +5,8 @@ root span opens when it is made and closes when the Recorder finishes. When a tu
 turn's spans are made at once, each with the start and end the Recorder measured (``perf_counter`` mapped onto
 wall-clock time; input-clock points through the Recorder's anchors), so a trace says what metrics.json says.
 The attributes are the record's figures under their metrics.json names (``s2s.voice_to_voice_s``, ...), each
-stage's backend and model, and OpenTelemetry's GenAI attributes on the LLM's span, the one GenAI inference.
+stage's backend and model, and OpenTelemetry's GenAI attributes on the LLM's span, the one GenAI inference
+(its token counts as ``gen_ai.usage.*``).
 Making them takes microseconds in the thread that ends the turn; exporting them is the batch processor's job.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from s2s.config import StageSpec
 from s2s.metrics import Recorder, Turn
+from s2s.usage import METRICS
 
 log = logging.getLogger("s2s.tracing")
 
@@ -27,6 +29,9 @@ STAGE_FIGURES: dict[str, tuple[str, ...]] = {
     "llm": ("llm_first_token_s", "llm_first_sentence_s", "llm_total_s"),
     "tts": ("tts_first_audio_s", "held_s", "tts_rtf"),
 }
+# the GenAI attributes of the turn's token counts (every round of the turn's reply, added up by the Recorder)
+USAGE = {"gen_ai.usage.input_tokens": METRICS["input_tokens"], "gen_ai.usage.output_tokens": METRICS["output_tokens"],
+         "gen_ai.usage.cache_read.input_tokens": METRICS["cached_tokens"]}
 FAILED = ("failed",)  # run statuses that mark the root span as an error
 
 
@@ -169,7 +174,9 @@ class TurnSpans:
                                "gen_ai.provider.name": _provider(str(backend.get("s2s.backend", "s2s"))),
                                "gen_ai.request.model": backend.get("s2s.model"),
                                "gen_ai.response.time_to_first_chunk": timings.get("llm_first_token_s"),
-                               "gen_ai.conversation.id": self.conversation})
+                               "gen_ai.conversation.id": self.conversation,
+                               **{name: int(record["reported"][figure]) for name, figure in USAGE.items()
+                                  if figure in record["reported"]}})
         elif stage == "tts":
             attributes["s2s.reply_audio_s"] = record["reply_audio_s"]
         span = self.tracer.start_span(stage, context=context, start_time=self._ns(start), attributes=_clean(attributes))

@@ -188,6 +188,52 @@ class SentenceSplitter:
         return False
 
 
+class TagFilter:
+    """Takes ``<tag>...</tag>`` blocks out of streamed text: the text around them streams on, the blocks are kept.
+
+    A tail that could be the start of the opening tag is held back until the next piece decides it. An unclosed
+    block at the end is a block too (models often stop at the end-of-turn token).
+    """
+
+    def __init__(self, open_tag: str, close_tag: str) -> None:
+        self.open_tag, self.close_tag = open_tag, close_tag
+        self.blocks: list[str] = []
+        self._buffer = ""
+        self._inside = False
+
+    def feed(self, piece: str) -> Iterator[str]:
+        self._buffer += piece
+        while True:
+            if self._inside:
+                end = self._buffer.find(self.close_tag)
+                if end < 0:
+                    return
+                self.blocks.append(self._buffer[:end])
+                self._buffer, self._inside = self._buffer[end + len(self.close_tag):], False
+                continue
+            start = self._buffer.find(self.open_tag)
+            if start >= 0:
+                if start:
+                    yield self._buffer[:start]
+                self._buffer, self._inside = self._buffer[start + len(self.open_tag):], True
+                continue
+            keep = next((n for n in range(min(len(self.open_tag) - 1, len(self._buffer)), 0, -1)
+                         if self.open_tag.startswith(self._buffer[-n:])), 0)
+            if len(self._buffer) > keep:
+                yield self._buffer[:len(self._buffer) - keep]
+                self._buffer = self._buffer[len(self._buffer) - keep:]
+            return
+
+    def finish(self) -> Iterator[str]:
+        """The end of the text: what was held back, or the unclosed block."""
+        rest, self._buffer = self._buffer, ""
+        if self._inside:
+            self.blocks.append(rest)
+            self._inside = False
+        elif rest:
+            yield rest
+
+
 # Markdown a reply may carry, matched so that what it means is spoken and arithmetic and identifiers stay:
 # "2 * 3", "a_b", "snake_case_name", "x^2" and "#1" are no markup (emphasis hugs its words, a heading's # a space).
 _FENCE = re.compile(r"^\s*(```|~~~)")

@@ -1,5 +1,5 @@
 """llm=mlx_lm through mlx-lm's own generation code on mlx[cpu] (Linux) with the tiny tool-calling LM:
-streaming sentences, tool calls, cancellation, and the platform rule (no MLX on Intel Macs)."""
+streaming sentences, token counts, tool calls, cancellation, and the platform rule (no MLX on Intel Macs)."""
 from __future__ import annotations
 
 import time
@@ -39,6 +39,19 @@ def test_reply_streams_sentence_by_sentence():
     assert len(sentences) >= 2 and all(m.turn == 4 and m.language == "en" for m in sentences)
     assert " ".join(m.text for m in sentences) == weather_tools.CAPITAL_REPLY
     assert out[-1] == TurnEnd(4)
+
+
+def test_a_reply_reports_mlx_lms_own_token_counts():
+    from transformers import AutoTokenizer
+
+    stage = make(None)
+    out = list(stage.process(Transcript(weather_tools.CAPITAL, 0, "en")))
+    counts = {m.name: int(m.value) for m in out if isinstance(m, Metric) and m.name.endswith("_tokens")}
+    tokenizer = AutoTokenizer.from_pretrained(llm_models.tool_lm("native", CACHE / "models"))
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": weather_tools.CAPITAL}],
+                                           add_generation_prompt=True, tokenize=True, return_dict=True)
+    reply = tokenizer(weather_tools.CAPITAL_REPLY, add_special_tokens=False)["input_ids"]
+    assert counts == {"llm_input_tokens": len(prompt["input_ids"]), "llm_output_tokens": len(reply) + 1}
 
 
 def test_a_tool_call_runs_and_the_follow_up_is_spoken(stage):

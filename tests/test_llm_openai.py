@@ -1,5 +1,6 @@
 """llm=openai against real servers on 127.0.0.1: transformers serve (both APIs, streaming, cancellation, native
-tool calls, unknown model) and a small FastAPI app for a wrong key and a server failing mid-reply."""
+tool calls, unknown model, its usage, a thinking model) and a small FastAPI app for a wrong key, a server failing
+mid-reply and what a request carries (reasoning_effort, include_usage, chat_template_kwargs)."""
 from __future__ import annotations
 
 import threading
@@ -12,6 +13,7 @@ from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.llm.openai_lm import OpenAILM
 from s2s.messages import Metric, ReplyText, Transcript, TurnEnd
+from s2s.usage import METRICS, Usage
 from tests.fixtures import llm_models, openai_servers, weather_tools
 
 pytest.importorskip("openai")
@@ -210,3 +212,86 @@ def test_a_sweep_over_local_and_api_llms_gives_one_row_each(served, tool_lm, esp
     for row in table:
         assert float(row["llm_first_token_s"]) > 0 and float(row["voice_to_voice_s"]) > 0
     assert "| 1 | `llm=openai` | completed |" in (sweep / "summary.md").read_text()
+
+
+def usage_of(out) -> Usage:
+    counts = {field: int(m.value) for m in out if isinstance(m, Metric)
+              for field, name in METRICS.items() if m.name == name}
+    return Usage(**counts)
+
+
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+def test_the_servers_own_count_of_tokens_is_reported(served, tool_lm, api):
+    from transformers import AutoTokenizer
+
+    stage = make(served, str(tool_lm), api=api)
+    try:
+        out = list(stage.process(Transcript(weather_tools.CAPITAL, 0, "en")))
+    finally:
+        stage.close()
+    tokenizer = AutoTokenizer.from_pretrained(tool_lm)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": weather_tools.CAPITAL}],
+                                           add_generation_prompt=True, tokenize=True, return_dict=True)
+    reply = tokenizer(weather_tools.CAPITAL_REPLY, add_special_tokens=False)["input_ids"]
+    usage = usage_of(out)
+    assert usage.input_tokens == len(prompt["input_ids"])
+    assert usage.output_tokens == len(reply) + 1  # transformers serve counts the end token, as the local backends
+    assert stage.context.usage == usage
+
+
+@pytest.mark.parametrize("api", ["chat_completions", "responses"])
+def test_the_usage_a_server_sends_is_passed_on_with_its_cached_tokens(faulty, api):
+    stage = make(f"{faulty}/record/v1", "m", api=api)
+    openai_servers.RECEIVED.clear()
+    try:
+        out = list(stage.process(Transcript("How much was that?", 0, "en")))
+    finally:
+        stage.close()
+    counts = openai_servers.USAGE
+    assert usage_of(out) == Usage(counts["input"], counts["output"], counts["cached"])
+    [body] = openai_servers.RECEIVED
+    if api == "chat_completions":  # OpenAI sends a stream's usage only when asked
+        assert body["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize("thinking", [None, False, True])
+def test_thinking_reaches_the_server_as_the_chat_templates_switch(faulty, thinking):
+    stage = make(f"{faulty}/record/v1", "m", thinking=thinking)
+    openai_servers.RECEIVED.clear()
+    try:
+        list(stage.process(Transcript("Think about it.", 0, "en")))
+    finally:
+        stage.close()
+    [body] = openai_servers.RECEIVED
+    if thinking is None:  # null sends nothing: servers without a chat template never see the key
+        assert "chat_template_kwargs" not in body
+    else:
+        assert body["chat_template_kwargs"] == {"enable_thinking": thinking}
+
+
+def test_a_served_thinking_model_answers_at_once_with_thinking_off_and_never_speaks_its_reasoning(served):
+    model = str(llm_models.chat_lm("thinking", CACHE / "models"))
+    replies = {}
+    for thinking in (False, None):
+        stage = make(served, model, thinking=thinking)
+        try:
+            out = list(stage.process(Transcript(weather_tools.CAPITAL, 0, "en")))
+        finally:
+            stage.close()
+        replies[thinking] = " ".join(m.text for m in out if isinstance(m, ReplyText))
+        assert "think" not in str(stage.context.history())
+    assert replies == {False: llm_models.FAST_REPLY, None: llm_models.THOUGHTFUL_REPLY}
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    (["llm.thinking=false", "llm.reasoning_effort=low"], "llm.thinking=false: invalid; expected null while "
+                                                         "reasoning_effort is set"),
+    (["llm.thinking=true", "llm.base_url=https://api.openai.com/v1"], "llm.thinking=true: invalid; expected null "
+                                                                      "for api.openai.com"),
+    (["llm.thinking=false", "llm.base_url=http://127.0.0.1:8000/v1", "llm.api=responses"],
+     "llm.thinking=false: invalid; expected null with api=responses"),
+    (["llm.thinking=maybe"], "llm.thinking=maybe: invalid"),
+])
+def test_thinking_is_refused_where_no_chat_template_takes_it(overrides, fragment, tmp_path):
+    with pytest.raises(ConfigErrors, match=fragment):
+        validate(compose_config(["llm=openai", *overrides], tmp_path))

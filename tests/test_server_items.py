@@ -12,7 +12,7 @@ from s2s.chat_context import KEEP
 from s2s.llm.echo import EchoLM
 from s2s.messages import ReplyAudio, Transcript
 from s2s.server.outbox import (CancelReply, Committed, ItemAdded, ItemAsked, ItemsAnswered, ReplyOver, ReplySound,
-                               ReplyWords, ToolCalled, UserHeard, UserStarted, UserStopped)
+                               ReplyWords, TokensUsed, ToolCalled, UserHeard, UserStarted, UserStopped)
 from s2s.server.protocol import ItemRequest, ResponseRequest, TurnDetection, user_text_item
 from s2s.server.responses import Response, ResponseQueue
 from s2s.server.session_settings import SessionSettings
@@ -248,3 +248,25 @@ def test_the_session_vad_commits_and_clears_the_utterance_in_progress():
     assert list(vad.process(chunk(0))) == []  # the cleared utterance never becomes a turn
     out = list(vad.process(chunk(1, 0)))
     assert [type(m) for m in out] == [SpeechStarted, SpeechSegment]
+
+
+def test_response_done_carries_the_tokens_of_its_rounds_as_the_realtime_api_shapes_them(schema):
+    from s2s.usage import Usage
+
+    t = translator()
+    run(t, UserStarted(0), UserStopped(0, 1.0), UserHeard(0, "Hi?"))
+    counts = [Usage(input_tokens=30), Usage(output_tokens=5), Usage(cached_tokens=12),  # one count per metric
+              Usage(input_tokens=40), Usage(output_tokens=7)]  # a second round (a tool's result) adds to it
+    events = run(t, ReplyWords(0, "Hello.", 0), *(TokensUsed(0, usage) for usage in counts), ReplyOver(0))
+    done = events[-1]
+    schema.validate_python(done)
+    assert done["type"] == "response.done" and done["response"]["usage"] == {
+        "total_tokens": 82, "input_tokens": 70, "output_tokens": 12,
+        "input_token_details": {"text_tokens": 70, "audio_tokens": 0, "image_tokens": 0, "cached_tokens": 12,
+                                "cached_tokens_details": {"text_tokens": 12, "audio_tokens": 0, "image_tokens": 0}},
+        "output_token_details": {"text_tokens": 12, "audio_tokens": 0}}
+    # tokens counted after the response is done (or for a turn without one) go to no response
+    assert run(t, TokensUsed(0, Usage(input_tokens=3)), TokensUsed(9, Usage(input_tokens=3))) == []
+    run(t, UserStarted(1), UserStopped(1, 2.0), UserHeard(1, "And?"))
+    [echoed] = run(t, ReplyWords(1, "And?", 0), ReplyOver(1))[-1:]
+    assert "usage" not in echoed["response"]  # an LLM that counts nothing (llm=echo): no usage, as before

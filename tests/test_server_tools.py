@@ -55,4 +55,15 @@ def test_a_tool_call_goes_to_the_client_and_its_output_continues_the_turn(server
         said = events.of("response.output_audio_transcript.done")[-1].transcript
         assert "sunny" in said.lower()
         assert len(reply_audio(events.all, second.response.id)) > 24000 * 0.5
+        session_id = events.of("session.created")[0].session.id
+    # each response has the tokens of its own round: the call's, then the follow-up's (its prompt holds the call)
+    calling, following = done.response.usage, finished.response.usage
+    assert 0 < calling.input_tokens < following.input_tokens and calling.output_tokens > 0
+    assert following.total_tokens == following.input_tokens + following.output_tokens
+    server.wait_idle()
+    [session] = [s for s in server.get("/v1/sessions")[1]["sessions"] if s["id"] == session_id]
+    assert session["usage"] == {"total_tokens": calling.total_tokens + following.total_tokens,
+                                "input_tokens": calling.input_tokens + following.input_tokens,
+                                "output_tokens": calling.output_tokens + following.output_tokens,
+                                "cached_tokens": 0}  # CTranslate2 says; no system prompt to cache
 

@@ -117,6 +117,8 @@ def check_tree(spans: list[dict[str, Any]], root_name: str, records: list[dict[s
         llm = children["llm"]["attributes"]
         assert llm["gen_ai.operation.name"] == "chat" and llm.get("gen_ai.request.model") == llm.get("s2s.model")
         assert llm["gen_ai.response.time_to_first_chunk"] == record["timings"]["llm_first_token_s"]
+        assert llm.get("gen_ai.usage.input_tokens") == record["reported"].get("llm_input_tokens")  # none: echo
+        assert llm.get("gen_ai.usage.output_tokens") == record["reported"].get("llm_output_tokens")
         assert children["stt"]["start"] <= children["llm"]["start"] <= children["tts"]["start"]
     return root
 
@@ -166,8 +168,9 @@ def test_a_malformed_endpoint_stops_the_run_before_anything_loads(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- the span tree
-def traced_graph(script: list[str], tmp_path: Path) -> list[Any]:
-    """The test graph with speculation (tests/graph_stages.py), traced into the SDK's in-memory exporter."""
+def traced_graph(script: list[str], tmp_path: Path, llm: Any = None) -> list[Any]:
+    """The test graph with speculation (tests/graph_stages.py), traced into the SDK's in-memory exporter; its LLM
+    echoes unless ``llm`` is given (a set-up stage)."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -178,7 +181,7 @@ def traced_graph(script: list[str], tmp_path: Path) -> list[Any]:
     recorder = Recorder(tmp_path)
     recorder.listen(TurnSpans(provider.get_tracer("test"), "run", [], recorder, {}))
     graph = Graph([("source", CountingSource(turns=len(script), delay_s=0.15)), ("vad", Speculator(script)),
-                   ("stt", Recognizer()), ("llm", EchoLM()), ("tts", Voice()), ("sink", Collector())], recorder)
+                   ("stt", Recognizer()), ("llm", llm or EchoLM()), ("tts", Voice()), ("sink", Collector())], recorder)
     graph.setup()
     result = graph.run()
     graph.close()

@@ -1,19 +1,22 @@
-"""Shared behaviour of LLM stages: chat history, sentence streaming, tool calls, timing."""
+"""Shared behaviour of LLM stages: chat history, sentence streaming, tool calls, timing, token usage, summaries."""
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from s2s.chat_context import KEEP, ChatContext
+from s2s.compaction import SUMMARY_MAX_TOKENS, with_summary
 from s2s.languages import language_name
 from s2s.llm.calibration import Capped, Confidence
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
 from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd, TurnVerdict
 from s2s.stage import Stage
-from s2s.text import SentenceSplitter, clean_for_speech
+from s2s.text import SentenceSplitter, TagFilter, clean_for_speech
+from s2s.usage import Usage, metrics
 
 log = logging.getLogger(__name__)
 # the reply's first TTS chunk ends at a clause or after this many words: measured on 2 cores, 4 words got the
@@ -22,6 +25,7 @@ FIRST_CHUNK_WORDS = 4
 FIRST_CHUNK_MIN_WORDS = 3  # ... but a clause shorter than this does not end it ("Yes," alone sounds clipped)
 # conf/llm/_chat_base.yaml states both for every option; a test keeps it equal to these
 MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # a thinking model's reasoning (Qwen3, DeepSeek-R1): never spoken
 
 
 class ReplyFailed(RuntimeError):
@@ -38,10 +42,13 @@ class LLMStage(Stage):
     model to answer in the user's language when a transcript carries one other than ``language`` (the STT
     detected it; ``follow_user_language``), releases
     the reply sentence by sentence as it streams (so TTS starts before the LLM ends), reports the time to first
-    token and ends the turn. With
+    token and ends the turn. Reasoning in ``<think>...</think>`` is neither spoken nor kept. With
     ``llm.tools``, the calls a reply asks for run after its stream ends, their results go back to the model
     (``tool_messages``) and its follow-up is spoken; each call is reported as a ``tool_call`` metric that
-    the recorder writes into the turn's line of transcript.jsonl.
+    the recorder writes into the turn's line of transcript.jsonl. Each round's token ``Usage`` (which ``stream``
+    yields last) leaves as metrics (:func:`s2s.usage.metrics`) and counts in the context. With
+    ``compact_history`` the context summarises what passes the history budget after each reply
+    (:mod:`s2s.compaction`); the stage writes the summary (``summarise``) and the next turn stops it.
     """
 
     accepts = (Transcript,)
@@ -53,13 +60,16 @@ class LLMStage(Stage):
     def _init_chat(self, system_prompt: str | None, history_turns: int, tools: str | None = None,
                    first_chunk_words: int = FIRST_CHUNK_WORDS,
                    first_chunk_min_words: int = FIRST_CHUNK_MIN_WORDS, history_tokens: int | None = None,
-                   language: str | None = "en", follow_user_language: bool = True) -> None:
+                   language: str | None = "en", follow_user_language: bool = True, compact_history: bool = False,
+                   thinking: bool | None = None) -> None:
         self.system_prompt = system_prompt  # the configured instructions, unless the context or turn has its own
         self.language = language  # what replies are in unless the user speaks another language (None: unknown)
         self.follow_user_language = follow_user_language
         self.history_turns = history_turns
         self.history_tokens = history_tokens  # the previous exchanges' token budget; None: only the turn count
         self.tools = tools
+        self.compact_history = compact_history  # exchanges past the budget are summarised, not dropped
+        self.thinking = thinking  # a thinking model's enable_thinking switch (None: the model's own default)
         self.first_chunk_words = first_chunk_words  # the reply's first TTS chunk: a clause or this many words
         self.first_chunk_min_words = first_chunk_min_words  # ... but never fewer ("Yes," alone sounds clipped)
         self._own_tools: Toolbox | None = None  # llm.tools, loaded in setup
@@ -80,7 +90,40 @@ class LLMStage(Stage):
 
     def reset(self) -> None:
         """A new conversation (the local run's reset; a pool's pipeline forgets the session it was lent to)."""
+        self.context.cancel_compaction(wait_s=1.0)  # the model is the next conversation's
         self.context = ChatContext()
+
+    def close(self) -> None:
+        """Stop a summary being written (backends free their model after this)."""
+        self.context.cancel_compaction(wait_s=1.0)
+
+    def template_switches(self) -> dict[str, Any]:
+        """What a local backend passes its chat template besides the messages: ``enable_thinking`` when set."""
+        return {} if self.thinking is None else {"enable_thinking": self.thinking}
+
+    def complete(self, messages: list[dict[str, Any]], max_tokens: int) -> Iterator[str | Usage]:
+        """A plain completion of ``messages``: its text pieces, then its ``Usage``; no tools, no calibration.
+
+        Closing the generator stops generation (as closing ``stream`` does). Backends that can summarise the
+        history implement it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot write a summary of the history")
+
+    def summarise(self, messages: list[dict[str, Any]], stop: threading.Event) -> tuple[str | None, Usage | None]:
+        """The summary the ``messages`` ask for (s2s/compaction.py), given up when ``stop`` is set; its cost."""
+        pieces, text, usage = self.complete(messages, SUMMARY_MAX_TOKENS), [], None
+        try:
+            for piece in pieces:
+                if stop.is_set():
+                    return None, usage
+                if isinstance(piece, Usage):
+                    usage = piece
+                else:
+                    text.append(piece)
+        finally:
+            pieces.close()  # type: ignore[attr-defined]
+        thoughts = TagFilter(THINK_OPEN, THINK_CLOSE)
+        return "".join([*thoughts.feed("".join(text)), *thoughts.finish()]).strip() or None, usage
 
     def discard(self, turn: int) -> None:
         """Forget ``turn``: a speculative attempt the user spoke over leaves nothing in the history."""
@@ -117,6 +160,7 @@ class LLMStage(Stage):
         window = context.window(self.history_turns, self.history_tokens, self.count_tokens)
         prompt = next(choice for choice in (instructions, context.system_prompt, self.system_prompt)
                       if choice is not KEEP)
+        prompt = with_summary(prompt, context.summary)
         if note := self.language_note(user_language):
             prompt = f"{prompt}\n{note}" if prompt else note
         system = [{"role": "system", "content": prompt}] if prompt else []
@@ -139,6 +183,7 @@ class LLMStage(Stage):
         finished = False
         said: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
         context = self.context  # the conversation this turn belongs to, even if another is lent meanwhile
+        context.cancel_compaction()  # a summary being written gives way to this reply
         instructions, planned_tools, keep, spoken = context.take_plan(message.turn)
         messages = self.chat_messages(message.text, instructions, message.language)
         if message.speculative and TurnVerdict in self.wanted:  # the VAD asks: do these words end the turn?
@@ -147,21 +192,23 @@ class LLMStage(Stage):
                 yield TurnVerdict(message.turn, probability)
         try:
             self._toolbox = self.toolbox(planned_tools)
-            yield from self._reply(message, messages, splitter, said, start, context.log_content, spoken)
+            yield from self._reply(message, messages, splitter, said, start, context, spoken)
             finished = True
         finally:  # also when the runner closes the generator (barge-in, cancel, stop)
             if keep:
                 context.remember(message.turn, message.text,
                                  splitter.text.strip() if finished else " ".join(said))
+                if self.compact_history:  # in its own thread: the reply is over
+                    context.compact(self.history_turns, self.history_tokens, self.count_tokens, self.summarise)
         yield TurnEnd(message.turn)
 
     def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
-               said: list[str], start: float, log_content: bool, spoken: bool = True) -> Iterator[Message]:
+               said: list[str], start: float, context: ChatContext, spoken: bool = True) -> Iterator[Message]:
         """Stream one reply, running the tools it calls, and yield its sentences as they end.
 
         Each round streams ``messages`` through ``stream``: text pieces go through ``splitter`` and leave as
         ``ReplyText`` (the first non-blank piece also yields the ``llm_first_token_s`` metric), ``ToolCall``s are
-        kept. A round that asked for tools runs them, appends the calls and results to ``messages`` and streams
+        kept, reasoning (``<think>``) is dropped, and the round's ``Usage`` is counted and yielded as metrics. A round that asked for tools runs them, appends the calls and results to ``messages`` and streams
         again, at most ``MAX_TOOL_ROUNDS`` times. A repeated sentence or a ``ReplyFailed`` ends the reply; after a
         failure the unfinished sentence is dropped (and an ``llm_error`` metric says why), otherwise the
         splitter's tail is spoken.
@@ -172,10 +219,22 @@ class LLMStage(Stage):
             splitter: cuts the reply into TTS chunks; it keeps the whole reply's text for the history.
             said: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
             start: ``perf_counter`` when the turn began, for the first-token metric.
-            log_content: tool calls' arguments and results may be logged (the context's choice).
+            context: the turn's conversation (it counts the tokens; it says whether tool calls may be logged).
             spoken: the reply is said aloud (False: text only, the TTS passes it by).
         """
         first, failed, capped = True, False, False
+        thoughts = TagFilter(THINK_OPEN, THINK_CLOSE)  # over the whole reply: a round may end inside one
+
+        def speak(piece: str) -> Iterator[Message]:  # text that is no reasoning
+            nonlocal first
+            if first and piece.strip():
+                first = False
+                yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
+            for sentence in splitter.feed(piece):
+                if text := clean_for_speech(sentence):
+                    yield ReplyText(text, message.turn, message.language, spoken)
+                    said.append(text)
+
         for round_ in range(MAX_TOOL_ROUNDS + 1):
             calls: list[ToolCall] = []
             pieces = self.stream(messages)
@@ -183,6 +242,10 @@ class LLMStage(Stage):
                 for piece in pieces:
                     if isinstance(piece, ToolCall):
                         calls.append(piece)
+                        continue
+                    if isinstance(piece, Usage):
+                        context.count(piece)
+                        yield from metrics(message.turn, piece)
                         continue
                     if isinstance(piece, Confidence):  # a calibrated backend measured its first tokens (an event
                         # of the turn, as a tool call is: its value is when, the probabilities are its details)
@@ -193,13 +256,8 @@ class LLMStage(Stage):
                     if isinstance(piece, Capped):
                         capped = True
                         continue
-                    if first and piece.strip():
-                        first = False
-                        yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
-                    for sentence in splitter.feed(piece):
-                        if text := clean_for_speech(sentence):
-                            yield ReplyText(text, message.turn, message.language, spoken)
-                            said.append(text)
+                    for text in thoughts.feed(piece):
+                        yield from speak(text)
                     if splitter.repeated:
                         log.info("turn %d: the reply repeated a sentence; stopped there", message.turn)
                         break
@@ -215,13 +273,15 @@ class LLMStage(Stage):
             if round_ == MAX_TOOL_ROUNDS:
                 log.warning("turn %d: still calling tools after %d rounds; stopping", message.turn, round_)
                 break
-            results = [self._toolbox.run(call, log_content) for call in calls]
+            results = [self._toolbox.run(call, context.log_content) for call in calls]
             for result in results:
                 yield Metric(message.turn, "tool_call", result.seconds,
                              {"event": "tool_call", "tool": result.call.name, "arguments": result.call.arguments,
                               "result": result.output, "error": result.error})
             messages = [*messages, *self.tool_messages(calls, results)]
         if not failed:  # after a failure the unfinished sentence is dropped rather than spoken half
+            for piece in thoughts.finish():  # text held back in case it began a tag (an unclosed block is dropped)
+                yield from speak(piece)
             if capped:  # the token cap may have cut the last word: end at a sentence or a whole word
                 splitter.trim()
             for sentence in splitter.finish():

@@ -13,6 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from s2s.config_errors import ConfigError, ValidationContext
+from s2s.models import local_path
+
+THINKING_SWITCH = "enable_thinking"  # Qwen3-style chat templates turn thinking on and off with this variable
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
@@ -86,10 +90,11 @@ class ChatTokenizer:
         self.special_tokens = {key: _content(settings[key]) for key in SPECIAL_KEYS if _content(settings.get(key))}
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
-               tools: list[dict[str, Any]] | None = None) -> str:
-        """What ``apply_chat_template(messages, tokenize=False, ...)`` returns."""
+               tools: list[dict[str, Any]] | None = None, **switches: Any) -> str:
+        """What ``apply_chat_template(messages, tokenize=False, ...)`` returns; ``switches`` are the template's
+        own variables (``enable_thinking``), as transformers passes its extra keyword arguments."""
         return self._template.render(messages=messages, tools=tools, documents=None,
-                                     add_generation_prompt=add_generation_prompt, **self.special_tokens)
+                                     add_generation_prompt=add_generation_prompt, **self.special_tokens, **switches)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of rendered chat text (special tokens in the text are matched, none are added)."""
@@ -114,3 +119,42 @@ def incremental_decoder(tokenizer: Any) -> Callable[[int], str]:
 
     stream = DecodeStream(skip_special_tokens=True)
     return lambda index: stream.step(tokenizer, index) or ""
+
+
+def thinking_problem(template: str | None) -> str | None:
+    """Why ``llm.thinking`` cannot be set for a model with this chat template (None: it can)."""
+    if template is not None and THINKING_SWITCH in template:
+        return None
+    return (f"null (the model's chat template has no {THINKING_SWITCH} switch to pass it to; Qwen3-style "
+            "thinking models have one)")
+
+
+def thinking_error(thinking: bool | None, model: str, context: ValidationContext,
+                   packaged: tuple[str, ...] = ()) -> ConfigError | None:
+    """``thinking`` set for a model whose chat template cannot take it: refused before loading.
+
+    A local folder's template is read here; a packaged model (``packaged``) has none; a hub id is checked when
+    it loads (:func:`check_thinking`).
+    """
+    if thinking is None:
+        return None
+    folder = None if model in packaged else local_path(model)
+    if folder is not None and not folder.is_dir():
+        return None  # the model key's own check says what is wrong
+    if folder is not None:
+        try:
+            template = chat_template_text(folder)
+        except (OSError, ValueError):
+            template = None
+    elif model in packaged:
+        template = None
+    else:
+        return None
+    problem = thinking_problem(template)
+    return None if problem is None else context.error("thinking", str(thinking).lower(), problem)
+
+
+def check_thinking(thinking: bool | None, template: str | None, group: str) -> None:
+    """At setup, for a model validation could not read (a hub id): ``thinking`` needs the template's switch."""
+    if thinking is not None and (problem := thinking_problem(template)):
+        raise ConfigError(f"{group}.thinking", str(thinking).lower(), problem)

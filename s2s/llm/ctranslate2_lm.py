@@ -19,15 +19,17 @@ from typing import Any, Literal
 
 from s2s.config_errors import ConfigError, ValidationContext
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
+from s2s.llm.chat_template import thinking_error
 from s2s.llm.calibration import CalibratedReplies, Capped, Confidence, Measure, calibrated
-from s2s.llm.keywords import (FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns, MaxNewTokens,
-                              RepetitionPenalty, ReplyLanguage, Temperature, Threshold)
+from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns,
+                              MaxNewTokens, RepetitionPenalty, ReplyLanguage, Temperature, Thinking, Threshold)
 from s2s.llm.sentence_end import bare_words, sentence_end_ids
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
 from s2s.models import build_once, cache_root, local_path, model_source
 from s2s.sharing import shared_model
 from s2s.stage import require
+from s2s.usage import Usage
 
 log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
@@ -121,6 +123,10 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         history_turns: how many previous exchanges the model sees.
         history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
             first, the system prompt never); null: only ``history_turns`` limits them.
+        compact_history: exchanges past that budget are summarised by the model, after a reply, into a note
+            at the end of the system prompt, instead of being dropped (:mod:`s2s.compaction`).
+        thinking: ``enable_thinking`` for the chat template of a thinking model (Qwen3); null: the model's own
+            default. Reasoning is never spoken.
         temperature: 0 decodes greedily (reproducible); above 0 samples (top 50, as transformers).
         repetition_penalty: above 1 makes tokens the reply already used less likely (1 turns it off); as with
             llm=transformers the prompt is not penalised (``generate_tokens`` penalises generated tokens only).
@@ -154,7 +160,8 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
                  follow_user_language: bool = True, cache_dir: str | None = None,
                  tools: str | None = None, unsure_below: Threshold = None,
                  dont_know_below: Threshold = None,
-                 unsure_measure: Measure = "mean") -> None:
+                 unsure_measure: Measure = "mean", compact_history: CompactHistory = False,
+                 thinking: Thinking = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("auto", "mps") else device  # validation has resolved auto already
         self.compute_type = compute_type
@@ -165,17 +172,19 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         self.cache_dir = cache_dir
         self.unsure_below, self.dont_know_below, self.unsure_measure = unsure_below, dont_know_below, unsure_measure
         self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
-                        history_tokens, language, follow_user_language)
+                        history_tokens, language, follow_user_language, compact_history, thinking)
         self._generator: Any = None
         self._tokenizer: Any = None
         self._end_ids: list[int] = []
         self._sentence_ends: list[int] = []
         self._static: dict[str, list[int]] = {}  # rendered system part -> its token ids
+        self._cached: set[tuple[int, ...]] = set()  # static parts whose state CTranslate2 keeps (cached input)
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         check_module(kwargs["tools"], f"{context.group}.tools")
-        if error := model_error(kwargs["model"], context):
+        if error := model_error(kwargs["model"], context) or \
+                thinking_error(kwargs["thinking"], kwargs["model"], context, (PACKAGED_NAME,)):
             raise error
 
     def count_tokens(self, text: str) -> int:
@@ -221,13 +230,19 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         finally:
             pieces.close()
 
-    def prompt(self, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-        """The rendered chat as token ids: (the static system part, or [] without one; the rest)."""
-        tools = self._template_tools().get("tools")
-        ids = self._tokenizer.encode(self._tokenizer.render(messages, tools=tools))
-        if not (self.static_prompt and messages and messages[0]["role"] == "system"):
+    def prompt(self, messages: list[dict[str, Any]], tools: bool = True) -> tuple[list[int], list[int]]:
+        """The rendered chat as token ids: (the static system part, or [] without one; the rest).
+
+        A system prompt that carries the history's summary has no static part: CTranslate2 keeps every static
+        prompt's state for the life of the model, and a summary changes every few turns.
+        """
+        offered = self._template_tools().get("tools") if tools else None
+        switches = self.template_switches()
+        ids = self._tokenizer.encode(self._tokenizer.render(messages, tools=offered, **switches))
+        if not (self.static_prompt and messages and messages[0]["role"] == "system") or \
+                (self.context.summary and self.context.summary in str(messages[0]["content"])):
             return [], ids
-        system = self._tokenizer.render(messages[:1], add_generation_prompt=False, tools=tools)
+        system = self._tokenizer.render(messages[:1], add_generation_prompt=False, tools=offered, **switches)
         if system not in self._static:
             self._static[system] = self._tokenizer.encode(system)
         static = self._static[system]
@@ -251,7 +266,8 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         if not text:
             return None
         chat = [*messages[:-1], {**messages[-1], "content": text}]
-        ids = self._tokenizer.encode(self._tokenizer.render(chat, add_generation_prompt=False))
+        ids = self._tokenizer.encode(self._tokenizer.render(chat, add_generation_prompt=False,
+                                                            **self.template_switches()))
         ends = [index for index, token in enumerate(ids) if token in self._end_ids]
         if not ends:  # a template with no end-of-turn token after the user's words cannot be scored
             return None
@@ -260,8 +276,33 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         log_probs = self._generator.forward_batch([self._tokenizer.tokens(ids[:ends[-1]])], return_log_probs=True)
         return float(np.exp(np.asarray(log_probs)[0, -1, self._sentence_ends]).sum())
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped]:
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped | Usage]:
         static, rest = self.prompt(self._with_tools(messages))
+        cached = len(static) if static and tuple(static) in self._cached else 0
+        tokens, count = self._generate(static, rest, self.max_new_tokens)
+        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
+        yield from calibrated(tokens, self.calibrator(messages), calls)
+        yield Usage(len(static) + len(rest), count[0], cached)
+
+    def complete(self, messages: list[dict[str, Any]], max_tokens: int) -> Iterator[str | Usage]:
+        static, rest = self.prompt(messages, tools=False)
+        cached = len(static) if static and tuple(static) in self._cached else 0
+        tokens, count = self._generate(static, rest, max_tokens)
+        try:
+            for token in tokens:
+                if not isinstance(token, Capped):
+                    yield token[0]
+        finally:
+            tokens.close()
+        yield Usage(len(static) + len(rest), count[0], cached)
+
+    def _generate(self, static: list[int], rest: list[int],
+                  max_tokens: int) -> tuple[Iterator[tuple[str, float] | Capped], list[int]]:
+        """The generated tokens' text and log-probability, ``Capped()`` at the cap; and the count of tokens
+        generated so far (the end token included), which grows as they are read.
+
+        Closing the iterator stops generation at the next step.
+        """
         # pulled, not pushed: generate_tokens' own queue is unbounded, so the callback holds generation while the
         # reader is STREAM_AHEAD tokens behind (the runner's first-audio pause leaves the CPU to the TTS)
         room, cancelled = threading.Semaphore(STREAM_AHEAD), threading.Event()
@@ -275,17 +316,19 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         sampling = {"sampling_topk": 50, "sampling_temperature": self.temperature} if self.temperature > 0 else \
             {"sampling_topk": 1}
         steps = self._generator.generate_tokens(
-            self._tokenizer.tokens(rest), max_length=self.max_new_tokens, end_token=self._end_ids,
+            self._tokenizer.tokens(rest), max_length=max_tokens, end_token=self._end_ids,
             repetition_penalty=self.repetition_penalty, static_prompt=self._tokenizer.tokens(static) or None,
             callback=pace, return_log_prob=True, **sampling)
+        if static:  # CTranslate2 keeps its state from now on
+            self._cached.add(tuple(static))
         decode = self._tokenizer.decoder()
+        count = [0]
 
         def tokens() -> Iterator[tuple[str, float] | Capped]:
-            generated = 0
             try:
                 for step in steps:
                     room.release()
-                    generated += 1
+                    count[0] += 1
                     if step.token_id in self._end_ids:
                         return
                     if text := decode(step.token_id):
@@ -294,15 +337,16 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
                 cancelled.set()
                 room.release()
                 steps.close()
-            if generated >= self.max_new_tokens:
+            if count[0] >= max_tokens:
                 yield Capped()
 
-        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
-        yield from calibrated(tokens(), self.calibrator(messages), calls)
+        return tokens(), count
 
     def close(self) -> None:
+        super().close()  # a summary being written stops first
         self._generator = self._tokenizer = None
         self._static.clear()
+        self._cached.clear()
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model_name, "device": self.device, "compute_type": self.compute_type,

@@ -20,3 +20,5 @@ MaxNewTokens = Annotated[int, Range(1, 4096)]  # a reply's token cap (local mode
 Temperature = Annotated[float, Range(0, 5)]  # sampling temperature of a local model (0: greedy)
 RepetitionPenalty = Annotated[float, Range(1, 2)]  # on the reply's own tokens (local models)
 Threshold = Annotated[float, Range(0, 1)] | None  # a calibration threshold (unsure_below, dont_know_below)
+CompactHistory = bool  # exchanges past the history budget are summarised by the LLM instead of dropped
+Thinking = bool | None  # a thinking model's enable_thinking (Qwen3-style chat templates); None: the model's default

@@ -4,13 +4,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from s2s.config_errors import Range, ValidationContext
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
-from s2s.llm.keywords import FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns, ReplyLanguage
+from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns,
+                              ReplyLanguage, Thinking)
 from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
 from s2s.openai_api import cause, check_base_url, connect, detail
 from s2s.stage import require
+from s2s.usage import Usage
+
+OPENAI_HOST = "api.openai.com"  # OpenAI's own API: no chat template, so no chat_template_kwargs
 
 
 class OpenAILM(LLMStage):
@@ -31,6 +36,12 @@ class OpenAILM(LLMStage):
         history_turns: how many previous exchanges the model sees.
         history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
             first, the system prompt never); null: only ``history_turns`` limits them.
+        compact_history: exchanges past that budget are summarised by the model, after a reply, into a note
+            at the end of the system prompt, instead of being dropped (:mod:`s2s.compaction`).
+        thinking: ``enable_thinking`` for a thinking model's chat template on servers that render one (vLLM,
+            SGLang, llama.cpp, transformers serve), sent as chat completions' ``chat_template_kwargs``; null sends
+            nothing. OpenAI's own API and the Responses API have none (``reasoning_effort`` is their switch).
+            Reasoning is never spoken.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null.
         first_chunk_words: the first TTS chunk ends at a clause or after this many words (0: a whole sentence).
         first_chunk_min_words: a clause shorter than this does not end the first chunk.
@@ -50,7 +61,8 @@ class OpenAILM(LLMStage):
                  first_chunk_words: FirstChunkWords = FIRST_CHUNK_WORDS,
                  first_chunk_min_words: FirstChunkMinWords = FIRST_CHUNK_MIN_WORDS,
                  language: ReplyLanguage = "en",
-                 follow_user_language: bool = True,
+                 follow_user_language: bool = True, compact_history: CompactHistory = False,
+                 thinking: Thinking = None,
                  ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -61,13 +73,25 @@ class OpenAILM(LLMStage):
         self.reasoning_effort = reasoning_effort
         self.timeout_s = timeout_s
         self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
-                        history_tokens, language, follow_user_language)
+                        history_tokens, language, follow_user_language, compact_history, thinking)
         self._client: Any = None
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         check_base_url(kwargs["base_url"], context)
         check_module(kwargs["tools"], f"{context.group}.tools")
+        if kwargs["thinking"] is None:
+            return
+        shown = str(kwargs["thinking"]).lower()
+        if kwargs["reasoning_effort"] is not None:
+            raise context.error("thinking", shown, f"null while reasoning_effort is set "
+                                f"({kwargs['reasoning_effort']}): one switch for a model's reasoning, not two")
+        if kwargs["api"] == "responses":
+            raise context.error("thinking", shown, "null with api=responses: servers take chat_template_kwargs on "
+                                "chat completions only (the Responses API's switch is reasoning_effort)")
+        if urlsplit(str(kwargs["base_url"])).hostname == OPENAI_HOST:
+            raise context.error("thinking", shown, f"null for {OPENAI_HOST}: it renders no chat template; its "
+                                "reasoning models take llm.reasoning_effort")
 
     def setup(self) -> None:
         openai = require("openai", backend="llm=openai", extra="openai")
@@ -93,31 +117,47 @@ class OpenAILM(LLMStage):
             raise RuntimeError(f"{where}: model {self.model!r} is not served: HTTP {error.status_code}: "
                                f"{detail(error)}{listed}; check llm.model") from None
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Usage]:
+        yield from self._streamed(messages, self.max_tokens, tools=True)
+
+    def complete(self, messages: list[dict[str, Any]], max_tokens: int) -> Iterator[str | Usage]:
+        for piece in self._streamed(messages, max_tokens, tools=False):
+            if not isinstance(piece, ToolCall):
+                yield piece
+
+    def _streamed(self, messages: list[dict[str, Any]], max_tokens: int,
+                  tools: bool) -> Iterator[str | ToolCall | Usage]:
         openai = require("openai", backend="llm=openai", extra="openai")
         try:
             if self.api == "responses":
-                yield from self._stream_responses(messages)
+                yield from self._stream_responses(messages, max_tokens, tools)
             else:
-                yield from self._stream_chat(messages)
+                yield from self._stream_chat(messages, max_tokens, tools)
         except openai.APIStatusError as error:
             raise ReplyFailed(f"llm=openai at {self.base_url} answered HTTP {error.status_code}: "
                               f"{detail(error)}") from error
         except openai.APIError as error:  # dropped connection, read timeout, an error event in the stream
             raise ReplyFailed(f"llm=openai at {self.base_url} failed mid-reply: {cause(error)}") from error
 
-    def _stream_chat(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
-        options: dict[str, Any] = {"max_tokens": self.max_tokens}
+    def _stream_chat(self, messages: list[dict[str, Any]], max_tokens: int,
+                     tools: bool) -> Iterator[str | ToolCall | Usage]:
+        options: dict[str, Any] = {"max_tokens": max_tokens}
         if self.temperature is not None:
             options["temperature"] = self.temperature
+        if self.thinking is not None:  # not an OpenAI parameter: the SDK sends it in the body as it is
+            options["extra_body"] = {"chat_template_kwargs": {"enable_thinking": self.thinking}}
         if self.reasoning_effort is not None:
             options["reasoning_effort"] = self.reasoning_effort
-        if self._toolbox:
+        if self._toolbox and tools:
             options["tools"] = self._toolbox.definitions
-        stream = self._client.chat.completions.create(model=self.model, messages=messages, stream=True, **options)
+        stream = self._client.chat.completions.create(model=self.model, messages=messages, stream=True,
+                                                      stream_options={"include_usage": True}, **options)
         calls: dict[int, dict[str, str]] = {}
+        usage = None
         try:  # closing the response when the runner closes this generator cancels the request
             for chunk in stream:
+                if chunk.usage is not None:  # the last chunk (OpenAI sends it with no choices)
+                    usage = chunk.usage
                 if not chunk.choices:
                     continue
                 delta = chunk.choices[0].delta
@@ -133,19 +173,26 @@ class OpenAILM(LLMStage):
             stream.close()
         for index, entry in sorted(calls.items()):
             yield parse_arguments(entry["name"], entry["arguments"], entry["id"] or f"call_{index}")
+        if usage is not None:
+            details = usage.prompt_tokens_details
+            yield Usage(usage.prompt_tokens, usage.completion_tokens, details and details.cached_tokens)
 
-    def _stream_responses(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
-        options: dict[str, Any] = {"max_output_tokens": self.max_tokens}
+    def _stream_responses(self, messages: list[dict[str, Any]], max_tokens: int,
+                          tools: bool) -> Iterator[str | ToolCall | Usage]:
+        options: dict[str, Any] = {"max_output_tokens": max_tokens}
         if self.temperature is not None:
             options["temperature"] = self.temperature
         if self.reasoning_effort is not None:
             options["reasoning"] = {"effort": self.reasoning_effort}
-        if self._toolbox:
+        if self._toolbox and tools:
             options["tools"] = self._toolbox.responses_definitions()
         stream = self._client.responses.create(model=self.model, input=messages, stream=True, **options)
+        usage = None
         try:
             for event in stream:
-                if event.type == "response.output_text.delta":
+                if event.type == "response.completed":
+                    usage = event.response.usage
+                elif event.type == "response.output_text.delta":
                     yield event.delta
                 elif event.type == "response.output_item.done" and event.item.type == "function_call":
                     yield parse_arguments(event.item.name, event.item.arguments, event.item.call_id)
@@ -154,6 +201,9 @@ class OpenAILM(LLMStage):
                                       f"{getattr(event, 'message', None) or event.response.error}")
         finally:
             stream.close()
+        if usage is not None:
+            details = usage.input_tokens_details
+            yield Usage(usage.input_tokens, usage.output_tokens, details and details.cached_tokens)
 
     def tool_messages(self, calls: list[ToolCall], results: list[ToolResult]) -> list[dict[str, Any]]:
         if self.api != "responses":
@@ -167,6 +217,7 @@ class OpenAILM(LLMStage):
         """Nothing: the setup check already made the server load the model."""
 
     def close(self) -> None:
+        super().close()  # a summary being written stops first
         if self._client is not None:
             self._client.close()
         self._client = None
@@ -174,4 +225,5 @@ class OpenAILM(LLMStage):
     def describe(self) -> dict[str, Any]:
         return {"model": self.model, "base_url": self.base_url, "api": self.api,
                 **({"reasoning_effort": self.reasoning_effort} if self.reasoning_effort else {}),
+                **({"thinking": self.thinking} if self.thinking is not None else {}),
                 **({"tools": self.tools} if self.tools else {})}

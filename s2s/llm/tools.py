@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from s2s.text import TagFilter
+
 log = logging.getLogger(__name__)
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 CALLABLE = "call_tool"
@@ -123,48 +125,15 @@ def parse_arguments(name: str, arguments: str, call_id: str) -> ToolCall:
     return ToolCall(name, {}, call_id, raw_arguments=arguments or "(empty)")
 
 
-class ToolCallFilter:
-    """Takes ``<tool_call>...</tool_call>`` out of streamed text: text before it streams on, calls come at the end.
-
-    A tail that could be the start of the opening tag is held back until the next piece decides it.
-    """
+class ToolCallFilter(TagFilter):
+    """Takes ``<tool_call>...</tool_call>`` out of streamed text: text before it streams on, calls come at the end."""
 
     def __init__(self) -> None:
-        self._buffer = ""
-        self._inside = False
-        self.calls: list[ToolCall] = []
+        super().__init__(OPEN, CLOSE)
 
-    def feed(self, piece: str) -> Iterator[str]:
-        self._buffer += piece
-        while True:
-            if self._inside:
-                end = self._buffer.find(CLOSE)
-                if end < 0:
-                    return
-                self.calls.append(parse_call(self._buffer[:end], len(self.calls)))
-                self._buffer, self._inside = self._buffer[end + len(CLOSE):], False
-                continue
-            start = self._buffer.find(OPEN)
-            if start >= 0:
-                if start:
-                    yield self._buffer[:start]
-                self._buffer, self._inside = self._buffer[start + len(OPEN):], True
-                continue
-            keep = next((n for n in range(min(len(OPEN) - 1, len(self._buffer)), 0, -1)
-                         if OPEN.startswith(self._buffer[-n:])), 0)
-            if len(self._buffer) > keep:
-                yield self._buffer[:len(self._buffer) - keep]
-                self._buffer = self._buffer[len(self._buffer) - keep:]
-            return
-
-    def finish(self) -> Iterator[str]:
-        """End of the reply: an unclosed call is still parsed (models often stop at the end-of-turn token)."""
-        rest, self._buffer = self._buffer, ""
-        if self._inside:
-            self.calls.append(parse_call(rest, len(self.calls)))
-            self._inside = False
-        elif rest:
-            yield rest
+    @property
+    def calls(self) -> list[ToolCall]:
+        return [parse_call(block, index) for index, block in enumerate(self.blocks)]
 
 
 def check_module(tools: str | None, key: str = "llm.tools") -> None:

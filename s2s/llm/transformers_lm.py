@@ -13,8 +13,9 @@ from s2s import torch_support
 from s2s.config_errors import ValidationContext
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage
 from s2s.llm.calibration import CalibratedReplies, Capped, Confidence, Measure, calibrated
-from s2s.llm.keywords import (FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns, MaxNewTokens,
-                              RepetitionPenalty, ReplyLanguage, Temperature, Threshold)
+from s2s.llm.chat_template import check_thinking, thinking_error
+from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns,
+                              MaxNewTokens, RepetitionPenalty, ReplyLanguage, Temperature, Thinking, Threshold)
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import (
     build_once,
@@ -26,6 +27,7 @@ from s2s.models import (
 )
 from s2s.sharing import shared_model
 from s2s.stage import MissingExtraError, require
+from s2s.usage import Usage
 
 log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
@@ -114,6 +116,10 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
         history_turns: how many previous exchanges the model sees.
         history_tokens: the previous exchanges the model sees stop at this many tokens (oldest dropped
             first, the system prompt never); null: only ``history_turns`` limits them.
+        compact_history: exchanges past that budget are summarised by the model, after a reply, into a note
+            at the end of the system prompt, instead of being dropped (:mod:`s2s.compaction`).
+        thinking: ``enable_thinking`` for the chat template of a thinking model (Qwen3); null: the model's own
+            default. Reasoning is never spoken.
         temperature: 0 decodes greedily (reproducible); above 0 samples.
         tools: an importable module with ``TOOLS`` and ``call_tool`` (trusted code), or null. Chat templates
             with a tools section get them natively; others get them in the system prompt (``<tool_call>``).
@@ -143,7 +149,8 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
                  language: ReplyLanguage = "en",
                  follow_user_language: bool = True, unsure_below: Threshold = None,
                  dont_know_below: Threshold = None,
-                 unsure_measure: Measure = "mean") -> None:
+                 unsure_measure: Measure = "mean", compact_history: CompactHistory = False,
+                 thinking: Thinking = None) -> None:
         self.model_name = model
         self.device = device
         self.unsure_below, self.dont_know_below, self.unsure_measure = unsure_below, dont_know_below, unsure_measure
@@ -153,7 +160,7 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
         self.repetition_penalty = repetition_penalty
         self.cache_dir = cache_dir
         self._init_chat(system_prompt, history_turns, tools, first_chunk_words, first_chunk_min_words,
-                        history_tokens, language, follow_user_language)
+                        history_tokens, language, follow_user_language, compact_history, thinking)
         self._model: Any = None
         self._tokenizer: Any = None
 
@@ -181,13 +188,14 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
                 lambda: transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval())
         finally:
             transformers.utils.logging.enable_progress_bar()
+        check_thinking(self.thinking, self._tokenizer.chat_template, "llm")
 
     def warm_up(self) -> None:
         inputs = self._tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True,
                                                      return_tensors="pt", return_dict=True).to(self.device)
         self._model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=self._tokenizer.eos_token_id)
 
-    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped]:
+    def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped | Usage]:
         """Generate a reply in a worker thread and yield its text token by token.
 
         ``generate`` runs in a daemon thread feeding a :class:`TokenQueue` that holds only ``STREAM_AHEAD``
@@ -203,8 +211,31 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
 
         Yields:
             Text pieces (a token each), the first sentence's ``Confidence``, ``Capped()`` when the reply stopped
-            at ``max_new_tokens``, then any ``ToolCall`` the reply made.
+            at ``max_new_tokens``, then any ``ToolCall`` the reply made, then the ``Usage``.
         """
+        inputs = self._tokenizer.apply_chat_template(self._with_tools(messages), add_generation_prompt=True,
+                                                     return_tensors="pt", return_dict=True,
+                                                     **self._template_tools(), **self.template_switches())
+        tokens, count = self._generate(inputs, self.max_new_tokens)
+        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
+        yield from calibrated(tokens, self.calibrator(messages), calls)
+        yield Usage(int(inputs["input_ids"].shape[-1]), count[0])
+
+    def complete(self, messages: list[dict[str, Any]], max_tokens: int) -> Iterator[str | Usage]:
+        inputs = self._tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                                     return_dict=True, **self.template_switches())
+        tokens, count = self._generate(inputs, max_tokens)
+        try:
+            for token in tokens:
+                if not isinstance(token, Capped):
+                    yield token[0]
+        finally:
+            tokens.close()  # type: ignore[attr-defined]
+        yield Usage(int(inputs["input_ids"].shape[-1]), count[0])
+
+    def _generate(self, inputs: Any, max_tokens: int) -> tuple[Iterator[tuple[str, float] | Capped], list[int]]:
+        """``generate`` in a worker thread: each token's text and log-probability, ``Capped()`` at the cap; and the
+        count of tokens generated so far (the end token included), which grows as they are read."""
         from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, StoppingCriteria, \
             StoppingCriteriaList
 
@@ -216,9 +247,7 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
             def __call__(self, input_ids, scores, **kwargs):  # noqa: ANN001 - transformers' signature
                 return cancelled.is_set()
 
-        inputs = self._tokenizer.apply_chat_template(self._with_tools(messages), add_generation_prompt=True,
-                                                     return_tensors="pt", return_dict=True,
-                                                     **self._template_tools()).to(self.device)
+        inputs = inputs.to(self.device)
         # pulled, not pushed: generation waits while the runner is not reading (so the TTS has the CPU for the
         # reply's first audio) instead of running ahead into an unbounded queue
         streamer = TokenQueue()
@@ -232,7 +261,7 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
 
         def generate() -> None:
             try:
-                self._model.generate(**inputs, streamer=streamer, max_new_tokens=self.max_new_tokens,
+                self._model.generate(**inputs, streamer=streamer, max_new_tokens=max_tokens,
                                      stopping_criteria=StoppingCriteriaList([Cancel()]),
                                      logits_processor=LogitsProcessorList([*guard, streamer]),
                                      pad_token_id=self._tokenizer.eos_token_id, **sampling)
@@ -243,20 +272,20 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
         ends = self._model.generation_config.eos_token_id
         ends = {*(ends if isinstance(ends, list) else [ends]), self._tokenizer.eos_token_id}
         decode = incremental_decoder(self._tokenizer.backend_tokenizer)
+        count = [0]
 
         def tokens() -> Iterator[tuple[str, float] | Capped]:
             worker = threading.Thread(target=generate, name="s2s-llm-generate", daemon=True)
             worker.start()
-            generated = 0
             try:
                 while (item := streamer.queue.get()) is not None:
-                    generated += 1
+                    count[0] += 1
                     if item[0] in ends:
                         break
                     if text := decode(item[0]):
                         yield text, item[1]
                 else:
-                    if not failure and generated >= self.max_new_tokens:
+                    if not failure and count[0] >= max_tokens:
                         yield Capped()
             finally:
                 cancelled.set()
@@ -269,16 +298,17 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
             if failure:
                 raise failure[0]
 
-        calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
-        yield from calibrated(tokens(), self.calibrator(messages), calls)
+        return tokens(), count
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         check_module(kwargs["tools"], f"{context.group}.tools")
-        if error := model_folder_error(kwargs["model"], context, "HuggingFaceTB/SmolLM2-135M-Instruct"):
+        if error := model_folder_error(kwargs["model"], context, "HuggingFaceTB/SmolLM2-135M-Instruct") or \
+                thinking_error(kwargs["thinking"], kwargs["model"], context, (PACKAGED_NAME,)):
             raise error
 
     def close(self) -> None:
+        super().close()  # a summary being written stops first
         self._model = self._tokenizer = None
 
     def describe(self) -> dict[str, Any]:

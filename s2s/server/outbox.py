@@ -20,6 +20,7 @@ from s2s.messages import (Data, Message, Metric, ReplyAudio, ReplyText, SpeechSe
 from s2s.metrics import Recorder
 from s2s.server.protocol import ItemRequest
 from s2s.turn_gate import CONFIRMED, DISCARDED, OPENED, Holding, TurnEvent, TurnGate
+from s2s.usage import Usage, from_metric
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,14 @@ class Committed:
 
 
 @dataclass(frozen=True)
+class TokensUsed:
+    """The LLM counted tokens for ``turn`` (one count of one round): they go to the response being made of it."""
+
+    turn: int
+    usage: Usage
+
+
+@dataclass(frozen=True)
 class ReplyOver:
     """Everything of the reply to ``turn`` reached the sink."""
 
@@ -151,7 +160,8 @@ class Close:
 
 
 OutboxMessage = (Send | UserStarted | UserStopped | UserPartial | UserHeard | ReplyWords | ReplySound | ReplyOver | ToolCalled
-                 | ToolOutputs | CancelReply | GraphEnded | ItemAdded | ItemsAnswered | ItemAsked | Committed | Close)
+                 | ToolOutputs | CancelReply | GraphEnded | ItemAdded | ItemsAnswered | ItemAsked | Committed | TokensUsed
+                 | Close)
 
 
 class Outbox:
@@ -284,3 +294,5 @@ class GraphObserver:
 
     def on_metric(self, stage: str, metric: Metric) -> None:
         self.recorder.on_metric(stage, metric)
+        if (usage := from_metric(metric)) is not None:
+            self._put(metric.turn, TokensUsed(metric.turn, usage))

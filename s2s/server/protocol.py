@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from s2s.server.settings import ServerSettings
+from s2s.usage import Usage
 
 DEFAULT_RATE = 24000  # the Realtime API's PCM16 rate
 CLIENT_EVENTS = ("session.update", "input_audio_buffer.append", "input_audio_buffer.commit",
@@ -312,8 +313,22 @@ def assistant_item(item_id: str, transcript: str, completed: bool, text_only: bo
 
 def response_object(response_id: str, status: str, output: list[dict[str, Any]] | None = None,
                     reason: str | None = None, metadata: dict[str, Any] | None = None,
-                    out_of_band: bool = False, text_only: bool = False) -> dict[str, Any]:
+                    out_of_band: bool = False, text_only: bool = False, usage: Usage | None = None) -> dict[str, Any]:
     details = None if status == "in_progress" else {"type": status, "reason": reason}
-    return {"id": response_id, "object": "realtime.response", "status": status, "status_details": details,
-            "output": output or [], "output_modalities": ["text" if text_only else "audio"], "metadata": metadata,
-            "conversation_id": None if out_of_band else "conv_s2s"}
+    shown = {"id": response_id, "object": "realtime.response", "status": status, "status_details": details,
+             "output": output or [], "output_modalities": ["text" if text_only else "audio"], "metadata": metadata,
+             "conversation_id": None if out_of_band else "conv_s2s"}
+    return shown if usage is None else {**shown, "usage": usage_object(usage)}
+
+
+def usage_object(usage: Usage) -> dict[str, Any]:
+    """``response.usage`` as the Realtime API shapes it. The LLM reads and writes text only (the STT and TTS
+    around it count no tokens): audio and image tokens are 0; cached tokens appear where the backend said."""
+    cached = {} if usage.cached_tokens is None else {
+        "cached_tokens": usage.cached_tokens,
+        "cached_tokens_details": {"text_tokens": usage.cached_tokens, "audio_tokens": 0, "image_tokens": 0}}
+    return {"total_tokens": usage.total_tokens, "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "input_token_details": {"text_tokens": usage.input_tokens, "audio_tokens": 0, "image_tokens": 0,
+                                    **cached},
+            "output_token_details": {"text_tokens": usage.output_tokens, "audio_tokens": 0}}

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from s2s.usage import Usage
+
 
 class State(str, Enum):
     """Where a response is; the finished ones' values are the protocol's ``response.status``."""
@@ -74,6 +76,7 @@ class Response:
     chunk_audio: dict[int, float] = field(default_factory=dict)  # piece number -> seconds of audio sent of it
     resampler: Any = None  # its audio at the client's rate: one stream for the whole reply (no clicks)
     text_only: bool = False  # output_modalities ["text"]: text events, no audio
+    usage: Usage | None = None  # the tokens the LLM counted for it (None: none came, e.g. llm=echo)
 
     @property
     def finished(self) -> bool:
@@ -163,6 +166,13 @@ class ResponseQueue:
     def complete(self, turn: int, part: Any = None) -> list[Step]:
         """The reply to ``turn`` is over (after ``part``, e.g. the tool call that ends it, when given)."""
         return self._deliver(turn, part, ends=True)
+
+    def charge(self, turn: int, usage: Usage) -> None:
+        """Tokens the LLM spent on ``turn``: they count in its newest response unless that one is finished (its
+        ``response.done`` is out; the session's total still has them)."""
+        response = self._by_turn.get(turn)
+        if response is not None and not response.finished:
+            response.usage = usage if response.usage is None else response.usage + usage
 
     def cancel(self, turn: int, reason: str) -> list[Step]:
         """The client cancelled the response to ``turn`` (``response.cancel``)."""

@@ -387,13 +387,14 @@ class Session:
     def describe(self) -> dict[str, Any]:
         """What ``GET /v1/sessions`` shows: state and the same per-turn figures as a local run's metrics.json.
 
-        The words (turns' text, the LLM's history) only with ``server.log_transcripts``.
+        The words (turns' text, the LLM's history and the summary of what it compacted) only with
+        ``server.log_transcripts``; ``usage``: every token the LLM spent on the session (summaries included).
         """
-        turns = self.recorder.records()
         shows_history = self.limits.log_transcripts and isinstance(self.pipeline.llm, LLMStage)  # it keeps one
         return {"id": self.id, "status": self.status, "started_at": round(self.started_at, 3),
                 "pipeline": self.pipeline.index, "tts": "own" if self._own_tts is not None else "pooled",
-                "responses_completed": self.responses_completed,
-                "responses_cancelled": self.responses_cancelled, "summary": self.recorder.summary(),
-                "turns": turns, "metrics_path": str(self.recorder.metrics_path),
-                "history": self.chat.history(HISTORY_SHOWN) if shows_history else None}
+                "responses_completed": self.responses_completed, "responses_cancelled": self.responses_cancelled,
+                "summary": self.recorder.summary(), "turns": self.recorder.records(),
+                "metrics_path": str(self.recorder.metrics_path), "usage": self.chat.usage.as_dict(),
+                "history": self.chat.history(HISTORY_SHOWN) if shows_history else None,
+                "history_summary": self.chat.summary if shows_history else None}

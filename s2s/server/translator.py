@@ -22,8 +22,8 @@ from s2s.server import protocol
 from s2s.server.conversation import Conversation
 from s2s.server.partials import new_suffix
 from s2s.server.outbox import (CancelReply, Close, Committed, GraphEnded, ItemAdded, ItemAsked, ItemsAnswered,
-                               OutboxMessage, ReplyOver, ReplySound, ReplyWords, Send, ToolCalled, ToolOutputs,
-                               UserHeard, UserPartial, UserStarted, UserStopped)
+                               OutboxMessage, ReplyOver, ReplySound, ReplyWords, Send, TokensUsed, ToolCalled,
+                               ToolOutputs, UserHeard, UserPartial, UserStarted, UserStopped)
 from s2s.server.protocol import ProtocolError, ResponseRequest, event
 from s2s.server.responses import Finished, Opened, Output, Response, ResponseQueue, State, Step
 from s2s.server.session_settings import SessionSettings
@@ -78,6 +78,7 @@ class Translator:
             GraphEnded: self._graph_ended, ItemAdded: self._item_added,
             ItemsAnswered: lambda message: self.conversation.assign(message.turn, message.item_ids) or [],
             ItemAsked: lambda message: self.conversation.answer(message.request),
+            TokensUsed: lambda message: self.responses.charge(message.turn, message.usage) or [],
         }
 
     def translate(self, message: OutboxMessage) -> Events:
@@ -294,7 +295,7 @@ class Translator:
         log.info("session %s: response %s %s (%.2f s of audio)%s", self.session_id, response.id[-6:], status,
                  response.audio_s, f", {response.reason}" if response.reason else "")
         shown = protocol.response_object(response.id, status, output, response.reason, response.metadata,
-                                         response.out_of_band, response.text_only)
+                                         response.out_of_band, response.text_only, response.usage)
         if response.text_only:
             return [event("response.output_text.done", text=transcript, **ids),
                     event("response.content_part.done", **ids, part={"type": "text", "text": transcript}),
