@@ -141,6 +141,22 @@ def test_the_call_runs_its_result_goes_back_and_the_follow_up_is_spoken(with_too
                                                     {"role": "assistant", "content": weather_tools.FOLLOW_UP}]
 
 
+def test_only_the_first_few_system_prompts_get_a_cached_state():
+    """CTranslate2 keeps a static prompt's state as long as the model: sessions that each send their own
+    instructions must not grow a server's memory without end."""
+    from s2s.llm.ctranslate2_lm import MAX_STATIC_PROMPTS
+
+    stage = tiny("prompted")
+    try:
+        cached = [bool(stage.prompt([{"role": "system", "content": f"You are assistant number {n}."},
+                                     {"role": "user", "content": "Hi"}])[0]) for n in range(MAX_STATIC_PROMPTS + 3)]
+        assert cached == [True] * MAX_STATIC_PROMPTS + [False] * 3
+        again = stage.prompt([{"role": "system", "content": "You are assistant number 0."},
+                              {"role": "user", "content": "Hi"}])
+        assert again[0], "a prompt already cached keeps its state"
+    finally:
+        stage.close()
+
 def test_the_system_prompt_state_is_reused_and_changes_no_token():
     """The prompted format puts the tools in the system prompt: a static part of 100+ tokens."""
     stage = tiny("prompted", tools=TOOLS_MODULE)

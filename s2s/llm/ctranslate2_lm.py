@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"
 PACKAGED_CACHE = "smollm2-135m-instruct-ct2"  # + -<weights>, e.g. smollm2-135m-instruct-ct2-int8
 STREAM_AHEAD = 2  # tokens generation may run ahead of the reader
+# distinct system prompts given as static prompts: CTranslate2 keeps each one's state for the life of the model,
+# so a server whose sessions each send their own instructions would grow without end; later ones get none
+MAX_STATIC_PROMPTS = 8
 ComputeType = Literal["int8", "int8_float32", "int8_float16", "int8_bfloat16", "float16", "bfloat16", "float32"]
 EXPECTED = (f"{PACKAGED_NAME} (packaged), a local CTranslate2 folder (model.bin, tokenizer.json and a chat "
             "template) or a local transformers folder (config.json and weights; converted once into cache_dir)")
@@ -244,6 +247,8 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
             return [], ids
         system = self._tokenizer.render(messages[:1], add_generation_prompt=False, tools=offered, **switches)
         if system not in self._static:
+            if len(self._static) >= MAX_STATIC_PROMPTS:
+                return [], ids
             self._static[system] = self._tokenizer.encode(system)
         static = self._static[system]
         # the system part must tokenize as the start of the whole prompt (true of ChatML); else no static part
