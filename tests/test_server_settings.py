@@ -35,6 +35,7 @@ def test_the_config_group_binds_to_the_signature(tmp_path):
     ("server.host=", "server.host=: invalid; expected a host name or address"),
     ("+server.workers=4", "server.workers=4: invalid; expected a known key; "),
     ("server.engine=swarm", "server.engine=swarm: invalid; expected one of local, ray"),
+    ("server.visemes=maybe", "server.visemes=maybe: invalid; expected true or false"),
     ("server.replica_cpus=2", "server.replica_cpus=2: invalid; expected 1 with server.engine=local (replicas need "
                               "server.engine=ray)"),
 ])

@@ -89,6 +89,7 @@ class SessionUpdate:
     speed: float | None = None
     transcription: bool | None = None  # False: the client set transcription null (no transcription events)
     text_only: bool | None = None  # output_modalities ["text"]: replies in text, not said aloud
+    visemes: bool | None = None  # audio.output.visemes: speech_to_speech.output_audio.visemes events (extension)
     acknowledged: dict[str, Any] = field(default_factory=dict)
 
 

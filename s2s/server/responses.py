@@ -75,6 +75,7 @@ class Response:
     chunks: dict[int, str] = field(default_factory=dict)  # piece number in the turn -> its text
     chunk_audio: dict[int, float] = field(default_factory=dict)  # piece number -> seconds of audio sent of it
     resampler: Any = None  # its audio at the client's rate: one stream for the whole reply (no clicks)
+    visemes: Any = None  # a VisemeTrack when the session asked for visemes as the response opened
     text_only: bool = False  # output_modalities ["text"]: text events, no audio
     usage: Usage | None = None  # the tokens the LLM counted for it (None: none came, e.g. llm=echo)
 

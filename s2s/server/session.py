@@ -80,7 +80,7 @@ class Session:
         self.rules = StageRules(cfg, self.vad_spec, self.tts_spec, pipeline.llm, lambda: self.graph is not None)
         self.settings = SessionSettings(instructions=pipeline.defaults.get("system_prompt"),
                                         voice=self.rules.configured("voice"), vad_defaults=self.vad_spec.kwargs,
-                                        speed=self.rules.configured("speed"))
+                                        speed=self.rules.configured("speed"), visemes=limits.visemes)
         self.overflow = asyncio.Event()  # the client reads too slowly: the server drops the session
         self.outbox = Outbox(self.loop, limits.max_queued_events, self.overflow.set)
         self.chat = pipeline.lend(log_content=limits.log_transcripts)  # this session's conversation

@@ -118,6 +118,7 @@ class SessionSettings:
         tool_choice: auto, none, or ``{"type": "function", "name": ...}``.
         speed: the speaking rate (the TTS's ``speed_key``; 1.0 where it has none).
         transcription: whether the client hears transcripts of its speech (off: ``transcription`` null).
+        visemes: whether replies carry ``speech_to_speech.output_audio.visemes`` events (from a response's start).
     """
 
     instructions: str | None
@@ -131,6 +132,7 @@ class SessionSettings:
     speed: float = 1.0
     transcription: bool = True
     text_only: bool = False  # output_modalities ["text"]: replies in text, not said aloud
+    visemes: bool = False
 
     @property
     def vad_overrides(self) -> dict[str, Any]:
@@ -174,7 +176,7 @@ class SessionSettings:
                                 f"session's tools", "session.tool_choice.name", event_id)
         named = {key: getattr(update, key) for key in ("instructions", "voice", "input_rate", "output_rate",
                                                          "turn_detection", "tools", "tool_choice", "speed",
-                                                         "transcription", "text_only")}
+                                                         "transcription", "text_only", "visemes")}
         return dataclasses.replace(self, **{key: value for key, value in named.items() if value is not None})
 
     def view(self, session_id: str, model: str, transcription_model: str,
@@ -215,5 +217,5 @@ class SessionSettings:
                           "transcription": transcription if self.transcription else None,
                           "noise_reduction": None, "turn_detection": shown},
                 "output": {"format": {"type": "audio/pcm", "rate": self.output_rate}, "voice": self.voice,
-                           "speed": self.speed}},
+                           "speed": self.speed, **({"visemes": True} if self.visemes else {})}},  # an extension
         }

@@ -220,7 +220,9 @@ def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionU
         _noise_reduction(audio_in["noise_reduction"], "session.audio.input.noise_reduction", eid)
         update.acknowledged["session.audio.input.noise_reduction"] = audio_in["noise_reduction"]
     audio_out = check_field(audio, "output", dict, "session.audio.", eid, required=False) or {}
-    check_keys(audio_out, {"format", "voice", "speed"}, "session.audio.output.", eid)
+    check_keys(audio_out, {"format", "voice", "speed", "visemes"}, "session.audio.output.", eid)
+    # visemes: an extension of the reference system (huggingface/speech-to-speech), s2s/server/visemes.py
+    update.visemes = check_field(audio_out, "visemes", bool, "session.audio.output.", eid, required=False)
     if audio_out.get("format") is not None:
         update.output_rate = _rate(audio_out["format"], "session.audio.output.format", limits, eid)
     voice = audio_out.get("voice")

@@ -36,6 +36,9 @@ class ServerSettings:
             null: one delta with the whole transcript, just before ``.completed``.
         log_transcripts: the users' and the assistant's words go to the log, each session's transcript.jsonl
             and metrics.json, and ``GET /v1/sessions``; off (the default), only the figures do.
+        visemes: every session starts with ``audio.output.visemes`` on: its replies carry timed mouth shapes
+            (``speech_to_speech.output_audio.visemes``, as the reference system sends them); a client may
+            turn them on or off for its session. Off (the default): only a client that asks gets them.
         engine: ``local`` (this process holds every pipeline) or ``ray`` (Ray Serve replicas, each holding
             ``max_sessions`` pipelines, behind one endpoint; ``RAY_ADDRESS`` joins a cluster).
         replicas: with ``engine=ray``, how many replicas.
@@ -57,6 +60,7 @@ class ServerSettings:
     max_queued_events: Annotated[int, Range(16, 1 << 20)] = 1024
     partial_transcripts_s: Annotated[float, Range(0.3, 10)] | None = 1.0
     log_transcripts: bool = False
+    visemes: bool = False
     engine: Annotated[str, OneOf(("local", "ray"))] = "local"
     replicas: Annotated[int, Range(1, 64)] = 1
     replica_cpus: Annotated[float, Range(0, 256)] = 1.0

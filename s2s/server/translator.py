@@ -29,6 +29,7 @@ from s2s.server.responses import Finished, Opened, Output, Response, ResponseQue
 from s2s.server.session_settings import SessionSettings
 from s2s.server.stages import PIPELINE_RATE
 from s2s.server.tools import ToolBridge
+from s2s.server.visemes import VisemeTrack, visemes_event
 
 log = logging.getLogger("s2s.server")
 
@@ -234,6 +235,7 @@ class Translator:
         shown = protocol.response_object(response.id, State.ACTIVE.value, metadata=response.metadata,
                                          out_of_band=response.out_of_band, text_only=response.text_only)
         item = {**protocol.assistant_item(response.item_id, "", True), "status": "in_progress", "content": []}
+        response.visemes = VisemeTrack() if self.settings().visemes else None  # its timeline starts with it
         part = {"type": "text", "text": ""} if response.text_only else {"type": "audio", "transcript": ""}
         return [event("response.created", response=shown), *self._added(response, item, 0, "assistant"),
                 event("response.content_part.added", response_id=response.id, item_id=response.item_id,
@@ -279,8 +281,10 @@ class Translator:
         response.chunk_audio[chunk] = response.chunk_audio.get(chunk, 0.0) + len(samples) / rate
         ids = {"response_id": response.id, "item_id": response.item_id, "output_index": 0, "content_index": 0}
         step = max(1, int(DELTA_S * rate))
-        return [event("response.output_audio.delta", delta=protocol.encode_audio(samples[i:i + step]), **ids)
-                for i in range(0, len(samples), step)]
+        cues = response.visemes.feed(floats, rate) if response.visemes is not None else []
+        return [*([visemes_event(ids, cues)] if cues else []),  # the block's shapes, ahead of its audio
+                *[event("response.output_audio.delta", delta=protocol.encode_audio(samples[i:i + step]), **ids)
+                  for i in range(0, len(samples), step)]]
 
     def _finished(self, response: Response) -> Events:
         status = response.state.value
