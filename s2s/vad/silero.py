@@ -12,7 +12,7 @@ from s2s.config_errors import ConfigErrors, Range, ValidationContext
 from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechSoFar, SpeechStarted,
                           TurnConfirmed, TurnDiscarded, TurnVerdict)
 from s2s.stage import MissingExtraError, Stage, require
-from s2s.vad import turn as turn_detection
+from s2s.vad import turn_detection
 
 RATE = 16000
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
@@ -89,9 +89,9 @@ class SileroVAD(Stage):
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
             frame); false: the TorchScript model through torch.
-        turn: the ``turn`` group (``${turn}``: its ``_target_``, one of :mod:`s2s.vad.turn`'s settings classes,
-            and that class's keys): how a pause ends the turn; null: ``turn=silence``, by ``min_silence_ms``.
-            The others judge at ``speculative_silence_ms``.
+        turn: the ``turn`` group (``${turn}``: its ``_target_``, one of the settings classes of
+            :mod:`s2s.vad.turn_detection`, and that class's keys): how a pause ends the turn; null:
+            ``turn=silence``, by ``min_silence_ms``. The others judge at ``speculative_silence_ms``.
     """
 
     accepts = (AudioChunk,)

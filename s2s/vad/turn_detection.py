@@ -179,7 +179,7 @@ def log_mel(samples: np.ndarray) -> np.ndarray:
     """Smart Turn's input: the last ``WINDOW_S`` seconds (zeros in front), normalised, as 80 x 800 log-mel.
 
     Matches ``WhisperFeatureExtractor(chunk_length=8)`` with ``do_normalize=True``, which pipecat vendors in
-    ``pipecat/audio/turn/smart_turn/_whisper_features.py`` (checked against it in tests/test_turn.py).
+    ``pipecat/audio/turn/smart_turn/_whisper_features.py`` (checked against it in tests/test_turn_detection.py).
     """
     size = WINDOW_S * RATE
     x = np.asarray(samples, dtype=np.float32)[-size:]
