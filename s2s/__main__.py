@@ -1,6 +1,6 @@
 """``python -m s2s [local|serve|talk] [overrides]``: the ``s2s`` console command without its script."""
 import sys
 
-from s2s.console import main
+from s2s.entry import main
 
 sys.exit(main())

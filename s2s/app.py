@@ -1,6 +1,7 @@
-"""The application: receives a composed config, validates it, builds the graph, runs it, writes results.
+"""The runner of one run: from checked stage specs, build the graph, run it over source and sink, write results.
 
-It composes nothing itself (``run.py`` and Hydra do), so tests and other front ends can call ``main(cfg)``.
+It composes and checks nothing itself (the entry composes, :mod:`s2s.job` checks in one pass and calls
+:func:`run_once`), and it does not know that a server exists: the job chooses between the two.
 """
 from __future__ import annotations
 

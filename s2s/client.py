@@ -56,7 +56,7 @@ def _session_update(args: argparse.Namespace) -> dict[str, Any]:
     return {"type": "session.update", "session": session}
 
 
-class Conversation:
+class Received:
     """What came back: transcripts, replies, their audio, voice-to-voice on the client's clock."""
 
     def __init__(self) -> None:
@@ -94,7 +94,7 @@ async def run_file(args: argparse.Namespace) -> int:
     """Send a speech file, wait until the server has answered every turn, write the replies."""
     samples = audio.read_audio(args.file, args.rate)
     samples = np.concatenate([samples, audio.silence(args.trailing_silence, args.rate)])
-    conversation = Conversation()
+    received = Received()
     async with _connect(args.url, args.api_key) as socket:
         first = json.loads(await socket.recv())
         if first.get("type") == "error":
@@ -103,7 +103,7 @@ async def run_file(args: argparse.Namespace) -> int:
 
         async def receive() -> None:
             async for frame in socket:
-                conversation.on_event(json.loads(frame))
+                received.on_event(json.loads(frame))
 
         receiver = asyncio.create_task(receive())
         step = int(CHUNK_S * args.rate)
@@ -116,10 +116,10 @@ async def run_file(args: argparse.Namespace) -> int:
         # done when every reply ended and the server has been quiet for a moment (or on timeout)
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline and not receiver.done():
-            replies_pending = len(conversation.heard) > len(conversation.statuses)
-            if not replies_pending and conversation.statuses and time.monotonic() - conversation.last_event_at > 1.5:
+            replies_pending = len(received.heard) > len(received.statuses)
+            if not replies_pending and received.statuses and time.monotonic() - received.last_event_at > 1.5:
                 break
-            if not replies_pending and not conversation.heard and time.monotonic() - start > args.timeout / 2:
+            if not replies_pending and not received.heard and time.monotonic() - start > args.timeout / 2:
                 break  # nothing heard at all
             await asyncio.sleep(0.05)
         receiver.cancel()
@@ -127,13 +127,13 @@ async def run_file(args: argparse.Namespace) -> int:
         import soundfile
 
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        reply = np.concatenate(conversation.audio) if conversation.audio else np.zeros(0, dtype=np.float32)
+        reply = np.concatenate(received.audio) if received.audio else np.zeros(0, dtype=np.float32)
         soundfile.write(args.out, audio.float_to_int16(reply), args.rate, subtype="PCM_16")
         print(f"reply audio: {args.out} ({len(reply) / args.rate:.2f} s)", flush=True)
-    if not conversation.heard:
+    if not received.heard:
         print("error: the server heard no speech in the file", file=sys.stderr)
         return 1
-    return 0 if conversation.statuses and all(s == "completed" for s in conversation.statuses) else 1
+    return 0 if received.statuses and all(s == "completed" for s in received.statuses) else 1
 
 
 async def run_live(args: argparse.Namespace) -> int:
@@ -174,7 +174,7 @@ async def run_live(args: argparse.Namespace) -> int:
         speaker.start()
     except Exception as error:  # PortAudioError, or ValueError for an unknown device
         raise ClientError(f"the client: no usable audio device ({error}); {_HINT}") from None
-    conversation = Conversation()
+    received = Received()
     try:
         async with _connect(args.url, args.api_key) as socket:
             first = json.loads(await socket.recv())
@@ -194,10 +194,10 @@ async def run_live(args: argparse.Namespace) -> int:
                     event = json.loads(frame)
                     if event.get("type") == "input_audio_buffer.speech_started":
                         playback.clear()  # the user talks over the reply: stop playing it now
-                    before = len(conversation.audio)
-                    conversation.on_event(event)
-                    if len(conversation.audio) > before:
-                        playback.append(conversation.audio[-1])
+                    before = len(received.audio)
+                    received.on_event(event)
+                    if len(received.audio) > before:
+                        playback.append(received.audio[-1])
             finally:
                 sender.cancel()
     finally:

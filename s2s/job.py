@@ -1,6 +1,6 @@
 """One composed job: every check in one pass, then the runner (one run over source and sink) or the server.
 
-The entry (s2s/console.py, which ``python run.py`` and ``python -m s2s`` go through) and the command-line check
+The entry (s2s/entry.py, which ``python run.py`` and ``python -m s2s`` go through) and the command-line check
 (:func:`s2s.preflight.check`) both use :func:`problems`, so a config with a bad stage key, a bad tracing key and a bad
 server key gets all three lines at once, before any model loads. The runner (s2s/app.py) never knows that a
 server exists.

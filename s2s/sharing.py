@@ -2,9 +2,9 @@
 
 Off by default, so a local run or a sweep job loads and frees its models as before (the jobs of a sweep in one
 process compare their peak memory). ``python run.py server=realtime`` turns it on before building its
-``max_sessions`` pipelines: each pipeline keeps its own stage objects (history, tokenizer, voice), while the
-weights that are safe to use from several threads at once (a CTranslate2 Whisper, a torch model in ``eval``
-mode, an onnxruntime session) are loaded once.
+``max_sessions`` pipelines: each pipeline keeps its own stage objects (tokenizer, voice, the conversation it is
+lent), while the weights that are safe to use from several threads at once (a CTranslate2 Whisper, a torch model
+in ``eval`` mode, an onnxruntime session) are loaded once.
 """
 from __future__ import annotations
 

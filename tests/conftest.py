@@ -60,19 +60,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def compose_config(overrides: list[str], output_dir: Path | str | None = None):
-    """Compose conf/config.yaml as run.py would (platform defaults to linux when not given)."""
-    import s2s  # noqa: F401 - registers the s2s.* resolvers
-    from hydra import compose, initialize_config_dir
+    """Compose conf/config.yaml through s2s's one compose helper (platform linux unless given, not detected, so a
+    test composes the same config on every machine)."""
+    from s2s.compose import compose
 
     overrides = list(overrides)
     if not any(o.split("=", 1)[0] == "platform" for o in overrides):
         overrides.append("platform=linux")
-    if output_dir is not None:
-        overrides.append(f"output_dir={output_dir}")
-    else:
-        overrides.append("output_dir=/nonexistent/s2s-test-output")
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=overrides)
+    return compose(overrides, output_dir if output_dir is not None else "/nonexistent/s2s-test-output",
+                   hydra_node=False)
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600,

@@ -1,9 +1,14 @@
 """The conversation belongs to its owner: a pooled LLM stage reads the context it is lent and keeps none of it."""
 from __future__ import annotations
 
+import ast
+import inspect
 import logging
+from pathlib import Path
 
+from conftest import ROOT
 from s2s.chat_context import KEEP, ChatContext
+from s2s.llm.base import LLMStage
 from s2s.llm.echo import EchoLM
 from s2s.llm.tools import ToolCall, Toolbox
 from s2s.messages import Transcript
@@ -81,3 +86,49 @@ def test_tool_arguments_reach_the_log_only_when_the_context_allows_it(caplog):
     with caplog.at_level(logging.INFO, logger="s2s.llm.tools"):
         toolbox.run(call, log_content=True)
     assert "Secret Town" in caplog.text
+
+
+# What the conversation is asked through: the context's methods, and the LLM stage's own over the context it is lent.
+HISTORY_METHODS = {name for name, _ in inspect.getmembers(ChatContext, inspect.isfunction) if not name.startswith("_")}
+HISTORY_METHODS |= {"discard", "chat_messages", "tool_messages", "toolbox"}
+STAGE_NAMES = {"llm", "stage", "stages", "pipeline"}  # how the server's modules name a stage or what holds one
+
+
+def reaches_into_a_stage(source: str) -> list[str]:
+    """The places in ``source`` that call a history method on a stage or read a stage's ``context``."""
+    found: dict[int, str] = {}  # by line: a call on ``llm.context`` is both
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in HISTORY_METHODS:
+            receiver = node.func.value
+        elif isinstance(node, ast.Attribute) and node.attr == "context" and isinstance(node.ctx, ast.Load):
+            receiver = node.value
+        else:
+            continue
+        names = {part.id for part in ast.walk(receiver) if isinstance(part, ast.Name)}
+        names |= {part.attr for part in ast.walk(receiver) if isinstance(part, ast.Attribute)}
+        if names & STAGE_NAMES:
+            found.setdefault(node.lineno, ast.unparse(node))
+    return [f"line {line}: {code}" for line, code in sorted(found.items())]
+
+
+def test_the_walker_sees_a_stage_asked_for_history_however_it_is_reached():
+    source = ("def f(self, stage, chat, clients):\n"
+              "    self.pipeline.llm.remember(1, 'a', 'b')\n"
+              "    dict(self.stages)['llm'].discard(2)\n"
+              "    stage.chat_messages('hi')\n"
+              "    self.llm.context.edit(1, 'user', None)\n"
+              "    chat.remember(1, 'a', 'b')\n"  # the session's own context: fine
+              "    clients.discard(self)\n"  # a set: fine
+              "    self.llm.context = chat\n")  # lending it: fine (Pipeline.lend)
+    assert [line.split(":")[0] for line in reaches_into_a_stage(source)] == ["line 2", "line 3", "line 4", "line 5"]
+
+
+def test_no_server_module_asks_a_stage_for_its_history():
+    """The session owns its ChatContext and edits that; Pipeline.lend hands it to the LLM stage, and nothing in
+    s2s/server/ calls a history method on a stage or reads the context back off one."""
+    found = {path.name: places for path in sorted((ROOT / "s2s" / "server").rglob("*.py"))
+             if (places := reaches_into_a_stage(path.read_text()))}
+    assert found == {}
+    assert HISTORY_METHODS >= {"remember", "edit", "plan_turn", "history", "discard"}
+    assert all(callable(getattr(LLMStage, name, None)) or callable(getattr(ChatContext, name, None))
+               for name in HISTORY_METHODS)

@@ -18,9 +18,11 @@ from s2s.stage import Stage
 
 BACKEND_DIRS = ("vad", "stt", "llm", "tts", "io")
 BACKEND_MODULES = sorted(path for folder in BACKEND_DIRS for path in (ROOT / "s2s" / folder).rglob("*.py"))
-# Looking at the machine or the platform from a backend, instead of declaring ``requires``.
+# Looking at the machine or the platform from a backend, instead of declaring ``requires``; s2s.platform included:
+# platform knowledge reaches a backend only as config (its keys, ``requires`` checked by the validator).
 PLATFORM_LOOKS = re.compile(r"\bsys\.platform\b|\bplatform\.(system|machine|mac_ver|win32_ver)\(|^\s*import platform\b"
-                            r"|^\s*from platform import|context\.(unavailable|platform|accelerator)\b", re.M)
+                            r"|^\s*from platform import|context\.(unavailable|platform|accelerator)\b"
+                            r"|\bs2s\.platform\b|^\s*from s2s import [^\n]*\bplatform\b", re.M)
 PLATFORM_NAMES = {*PLATFORMS, "darwin", "win32"}
 
 

@@ -156,7 +156,7 @@ def test_an_out_of_band_response_stays_out_of_the_conversation():
     assert "response.output_item.added" in kinds
     done = events[-1]["response"]
     assert done["metadata"] == {"topic": "summary"} and done["conversation_id"] is None
-    assert t.conversation.get(events[1]["item"]["id"]) is None
+    assert t.items.get(events[1]["item"]["id"]) is None
 
 
 def test_transcription_null_leaves_the_user_item_without_transcript():

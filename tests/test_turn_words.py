@@ -18,7 +18,7 @@ from s2s.messages import (AudioChunk, Data, Message, SpeechSegment, Transcript, 
 from s2s.stage import Source, Stage
 from s2s.vad.silero import SileroVAD
 
-WORDS = {"detector": "words", "threshold": 0.1, "max_silence_ms": 1500}
+WORDS = {"_target_": "s2s.vad.turn_detection.WordsSettings", "threshold": 0.1, "max_silence_ms": 1500}
 COMPLETE = ["What is the capital of France?", "How many days are there in a leap year?",
             "Can you tell me a fun fact about the ocean?", "What should I cook for dinner tonight?",
             "Tell me a joke.", "What time is it in Tokyo?", "Where is the nearest train station?",
@@ -125,8 +125,8 @@ class Heard:
 ])
 def test_fused_ends_at_once_when_both_say_done_and_waits_longest_for_unfinished_words(question, audio_done, words,
                                                                                        words_done_ms, after_s):
-    vad = SileroVAD(turn={"detector": "fused", "threshold": 0.5, "words_threshold": 0.1, "max_silence_ms": 1500,
-                          "words_done_ms": words_done_ms})
+    vad = SileroVAD(turn={"_target_": "s2s.vad.turn_detection.FusedSettings", "threshold": 0.5,
+                          "words_threshold": 0.1, "max_silence_ms": 1500, "words_done_ms": words_done_ms})
     vad.detector = heard = Heard(audio_done)
     segment, confirmed = ended(run_vad(question, words, vad=vad))
     assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.07)

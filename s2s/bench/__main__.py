@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     answers.add_argument("--sweep-unsure", action="store_true",
                          help="generate with calibration off and score llm.unsure_below / llm.dont_know_below "
                               "thresholds on each reply's confidence")
-    turns = commands.add_parser("turns", help="cut-offs in a pause and endpoints, turn=silence vs smart_turn vs words")
+    turns = commands.add_parser("turns", help="cut-offs in a pause and endpoints: turn=fused, silence, smart_turn, "
+                                              "words")
     turns.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides for every variant")
     turns.add_argument("--variant", metavar="'key=value ...'", type=str.split, action="append", default=[],
                        help="a variant's overrides (repeatable; default: turn=silence, smart_turn, words)")

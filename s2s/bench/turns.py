@@ -7,9 +7,10 @@ piece as a sentence of its own, with a falling end; a second form ends the first
 said with a continuing rise, as a person pausing mid-sentence would. The VAD stage runs (from the composed
 config, on the input clock, as fast as it can): a turn that is let go inside the pause is a cut-off; the
 endpoint is the silence from the last voiced frame to the turn's end (``TurnConfirmed``, or the segment). With
-``turn=words`` the STT and LLM stages run too: each speculative segment is transcribed and its words scored,
-and the verdict reaches the VAD as much input later as that took in wall time (as a realtime stream would
-see it), or ``--verdict-delay-s`` later (0: a machine fast enough to judge at once, the most cut-offs).
+a turn that reads the words (``turn=words``, ``turn=fused``: the VAD takes verdicts) the STT and LLM stages run
+too: each speculative segment is transcribed and its words scored, and the verdict reaches the VAD as much
+input later as that took in wall time (as a realtime stream would see it), or ``--verdict-delay-s`` later (0: a
+machine fast enough to judge at once, the most cut-offs).
 The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
 
 ``--set real`` (or ``all``, the default) adds recordings of real people (:mod:`s2s.bench.real_speech`): each
@@ -39,7 +40,7 @@ VOICES = [("en-us", 150), ("en-gb", 165), ("en-us+f3", 140), ("en-gb+m3", 155)]
 SPLITS = [("What is the capital of", "France?"), ("How many days are there in", "a leap year?"),
           ("Can you tell me", "a fun fact about the ocean?"), ("What should I cook", "for dinner tonight?")]
 PAUSES_S = (0.7, 0.85, 1.0)
-DEFAULT_VARIANTS = [["turn=silence"], ["turn=smart_turn"], ["turn=words"]]
+DEFAULT_VARIANTS = [["turn=fused"], ["turn=silence"], ["turn=smart_turn"], ["turn=words"]]  # the default first
 SETS = ("all", "real", "espeak")
 BUDGETS_S = (0.5, 0.75, 1.0, 1.5)  # latency budgets of the eot-bench style table
 PATIENCE_S = 1.5  # the target: no complete turn waits longer
@@ -100,7 +101,7 @@ def build_vad(overrides: list[str]) -> Any:
 
 
 class Hearing:
-    """The STT and LLM stages a ``turn=words`` VAD needs: a speculative segment in, the LLM's verdict out."""
+    """The STT and LLM stages a VAD that reads the words needs: a speculative segment in, the LLM's verdict out."""
 
     def __init__(self, overrides: list[str], delay_s: float | None = None) -> None:
         from s2s.bench.compose import set_up

@@ -1,9 +1,10 @@
 """The pool of pipelines: the model stages of the composed config, set up once and lent to one session at a time.
 
 A session's graph is ``socket source -> its own VAD -> <the pooled stages> -> socket sink``. The pooled stages
-(STT, LLM, TTS, ...) are set up at start, and a session returns its pipeline reset (history cleared,
-instructions restored, a TTS voice or speed changed in place set back). Each pipeline has its own stage objects
-(history, tokenizer, voice); the weights are loaded once per process where the backend allows it
+(STT, LLM, TTS, ...) are set up at start. A session borrows one with its own conversation (:meth:`Pipeline.lend`
+hands the session's :class:`~s2s.chat_context.ChatContext` to the LLM stage) and returns it reset (the context
+dropped, a TTS voice or speed changed in place set back). Each pipeline has its own stage objects (tokenizer,
+voice, the context lent to it); the weights are loaded once per process where the backend allows it
 (``s2s.sharing``: faster-whisper, transformers, Kokoro ONNX), so ``max_sessions`` pipelines cost little more
 memory than one. Other backends load one copy per pipeline.
 """

@@ -3,7 +3,7 @@
 The translator runs in the session's writer (the event loop). It keeps the session's responses
 (:class:`~s2s.server.responses.ResponseQueue`) moving with what the graph produces, turns each step of theirs
 into the events the Realtime protocol has for it, and keeps the conversation's items
-(:class:`~s2s.server.conversation.Conversation`) as the client sees them: each user turn, reply and tool call is
+(:class:`~s2s.server.items.Items`) as the client sees them: each user turn, reply and tool call is
 an item announced with ``conversation.item.added`` / ``.done`` and, inside a response, with
 ``response.output_item.added`` / ``.done`` (the Agents SDKs run a tool when its call's item is done).
 """
@@ -19,7 +19,7 @@ from s2s import audio
 from s2s.chat_context import ChatContext
 from s2s.metrics import Recorder
 from s2s.server import protocol
-from s2s.server.conversation import Conversation
+from s2s.server.items import Items
 from s2s.server.partials import new_suffix
 from s2s.server.outbox import (CancelReply, Close, Committed, GraphEnded, ItemAdded, ItemAsked, ItemsAnswered,
                                OutboxMessage, ReplyOver, ReplySound, ReplyWords, Send, TokensUsed, ToolCalled,
@@ -63,7 +63,7 @@ class Translator:
         self.session_id, self.responses, self.tools, self.recorder, self.chat = (session_id, responses, tools,
                                                                                 recorder, chat)
         self.settings, self.input_samples = settings, input_samples
-        self.conversation = Conversation(chat)
+        self.items = Items(chat)
         self.typed_turns: set[int] = set()  # turns typed by the client: no transcription event for them
         self.requests: dict[int, ResponseRequest] = {}  # what a client's response.create asked for its turn
         self._committed: set[int] = set()  # manual turns: announced at the client's commit
@@ -77,8 +77,8 @@ class Translator:
             ToolCalled: self._tool_called, ToolOutputs: self._tool_outputs,
             CancelReply: lambda message: self._steps(self.responses.cancel(message.turn, message.reason)),
             GraphEnded: self._graph_ended, ItemAdded: self._item_added,
-            ItemsAnswered: lambda message: self.conversation.assign(message.turn, message.item_ids) or [],
-            ItemAsked: lambda message: self.conversation.answer(message.request),
+            ItemsAnswered: lambda message: self.items.assign(message.turn, message.item_ids) or [],
+            ItemAsked: lambda message: self.items.answer(message.request),
             TokensUsed: lambda message: self.responses.charge(message.turn, message.usage) or [],
         }
 
@@ -111,7 +111,7 @@ class Translator:
     def _announce_user_item(self, turn: int) -> Events:
         """``input_audio_buffer.committed`` and the user's audio item, still without its transcript."""
         item_id = self._user_item(turn)
-        previous = self.conversation.add(_user_audio_item(item_id, None, False), turn, "user")
+        previous = self.items.add(_user_audio_item(item_id, None, False), turn, "user")
         return [event("input_audio_buffer.committed", item_id=item_id, previous_item_id=previous),
                 event("conversation.item.added", previous_item_id=previous,
                       item=_user_audio_item(item_id, None, False))]
@@ -157,9 +157,9 @@ class Translator:
                               usage={"type": "duration", "seconds": seconds})]
             self._partial.pop(message.turn, None)
             item = _user_audio_item(item_id, message.text if shown else None, True)
-            if (entry := self.conversation.get(item_id)) is not None:
+            if (entry := self.items.get(item_id)) is not None:
                 entry.item.update(item)
-                out.append(event("conversation.item.done", previous_item_id=self.conversation.before(item_id),
+                out.append(event("conversation.item.done", previous_item_id=self.items.before(item_id),
                                  item=item))
         request = self.requests.get(message.turn, ResponseRequest())
         return out + self._steps(self.responses.add(message.turn, message.text, request.out_of_band,
@@ -172,7 +172,7 @@ class Translator:
     def _item_added(self, message: ItemAdded) -> Events:
         """A client's item: ``conversation.item.created`` (the beta name) and the GA ``added`` / ``done``."""
         item = message.item
-        previous = self.conversation.add(item, message.turn, item.get("role") if item["type"] == "message" else None)
+        previous = self.items.add(item, message.turn, item.get("role") if item["type"] == "message" else None)
         return [event(kind, previous_item_id=previous, item=item)
                 for kind in ("conversation.item.created", "conversation.item.added", "conversation.item.done")]
 
@@ -217,17 +217,17 @@ class Translator:
     def _added(self, response: Response, item: dict[str, Any], output_index: int, role: str | None) -> Events:
         out = [event("response.output_item.added", response_id=response.id, output_index=output_index, item=item)]
         if not response.out_of_band:
-            previous = self.conversation.add(dict(item), response.turn, role, response if role else None)
+            previous = self.items.add(dict(item), response.turn, role, response if role else None)
             out.append(event("conversation.item.added", previous_item_id=previous, item=item))
         return out
 
     def _done(self, response: Response, item: dict[str, Any], output_index: int) -> Events:
-        if not response.out_of_band and (entry := self.conversation.get(item["id"])) is not None:
+        if not response.out_of_band and (entry := self.items.get(item["id"])) is not None:
             entry.item.update({"status": item["status"]} if entry.edited else item)  # a truncation stands
             item = entry.item
         out = [event("response.output_item.done", response_id=response.id, output_index=output_index, item=item)]
         if not response.out_of_band:
-            out.append(event("conversation.item.done", previous_item_id=self.conversation.before(item["id"]),
+            out.append(event("conversation.item.done", previous_item_id=self.items.before(item["id"]),
                              item=item))
         return out
 

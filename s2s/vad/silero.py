@@ -12,7 +12,7 @@ from s2s.config_errors import ConfigErrors, Range, ValidationContext
 from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechSoFar, SpeechStarted,
                           TurnConfirmed, TurnDiscarded, TurnVerdict)
 from s2s.stage import MissingExtraError, Stage, require
-from s2s.vad import turn as turn_detection
+from s2s.vad import turn_detection
 
 RATE = 16000
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
@@ -89,9 +89,9 @@ class SileroVAD(Stage):
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
             frame); false: the TorchScript model through torch.
-        turn: the ``turn`` group (``${turn}``): how a pause ends the turn; null: ``turn=silence``, by
-            ``min_silence_ms``. ``turn=smart_turn`` judges at ``speculative_silence_ms`` (see
-            :mod:`s2s.vad.turn`).
+        turn: the ``turn`` group (``${turn}``: its ``_target_``, one of the settings classes of
+            :mod:`s2s.vad.turn_detection`, and that class's keys): how a pause ends the turn; null:
+            ``turn=silence``, by ``min_silence_ms``. The others judge at ``speculative_silence_ms``.
     """
 
     accepts = (AudioChunk,)
@@ -111,8 +111,8 @@ class SileroVAD(Stage):
         self.pad_frames = max(1, -(-_samples(speech_pad_ms) // FRAME)) if speech_pad_ms else 0
         self.max_speech = _samples(max_speech_ms) if max_speech_ms else None
         self.onnx = onnx
-        self.turn, settings = turn, turn_detection.settings(turn)
-        self._turn_settings = turn_detection.DETECTORS[settings[0]](**settings[1])
+        self.turn = turn
+        self._turn_settings = turn_detection.settings(turn)
         judged = isinstance(self._turn_settings, turn_detection.JUDGES)
         # the silence that ends a turn: with Smart Turn or words, one judged incomplete (a complete one ends earlier)
         self._end_silence = _samples(self._turn_settings.max_silence_ms if judged else min_silence_ms)

@@ -1,4 +1,4 @@
-"""The ``s2s`` console command (``python -m s2s``): run.py's behaviour under one name, plus its shortcuts.
+"""The entry (the ``s2s`` command, ``python -m s2s``): run.py's behaviour under one name, plus its shortcuts.
 
 The venv's ``s2s`` script may belong to another checkout (an editable install), so these run ``python -m s2s``
 from this checkout; ``[project.scripts]`` is checked to name the same function. Nothing here loads a model.
@@ -14,7 +14,7 @@ import tomllib
 import pytest
 
 from conftest import ROOT
-from s2s.console import with_shortcut
+from s2s.entry import with_shortcut
 
 
 def s2s(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -23,10 +23,10 @@ def s2s(*args: str, cwd) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-def test_the_script_entry_is_the_consoles_main():
+def test_the_script_entry_is_the_entrys_main():
     entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["s2s"]
     module, _, name = entry.partition(":")
-    assert getattr(importlib.import_module(module), name) is importlib.import_module("s2s.console").main
+    assert getattr(importlib.import_module(module), name) is importlib.import_module("s2s.entry").main
 
 
 @pytest.mark.parametrize(("args", "source", "sink"), [

@@ -3,7 +3,7 @@
 A client keeps its own copy of the conversation and edits it: the Agents SDKs ``conversation.item.retrieve``
 an item after its transcript is done, ``conversation.item.truncate`` the assistant's item after an
 interruption (the user heard only part of it), and ``conversation.item.delete`` items when they reset their
-history. :class:`Conversation` answers those from the items the server announced, and carries each edit
+history. :class:`Items` answers those from the items the server announced, and carries each edit
 over to the session's :class:`~s2s.chat_context.ChatContext`, the history the LLM reads, so that what the model sees
 next is what the client kept. A truncated reply keeps the words whose audio the user heard: each piece of
 text has the duration of the audio made of it, and the piece the cut falls in keeps its share of words.
@@ -31,8 +31,8 @@ class Entry:
     edited: bool = False  # truncated by the client: its cut transcript stands
 
 
-class Conversation:
-    """The session's items, oldest first.
+class Items:
+    """The session's conversation items, oldest first.
 
     Args:
         chat: the session's conversation (edits reach the history the LLM reads).

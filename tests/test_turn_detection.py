@@ -1,4 +1,5 @@
-"""Turn detection (the ``turn`` group): the VAD ends a turn early when its detector hears it complete."""
+"""Turn detection (the ``turn`` group): the VAD ends a turn early when its detector hears it complete; the group
+binds through ``_target_`` to its settings classes and to nothing else."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,10 +11,10 @@ import pytest
 from conftest import trimmed
 from s2s import audio
 from s2s.messages import AudioChunk
-from s2s.vad import turn
+from s2s.vad import turn_detection
 from s2s.vad.silero import SileroVAD
 
-SMART = {"detector": "smart_turn", "threshold": 0.5, "max_silence_ms": 1000}
+SMART = {"_target_": "s2s.vad.turn_detection.SmartTurnSettings", "threshold": 0.5, "max_silence_ms": 1000}
 pipecat = pytest.mark.skipif(importlib.util.find_spec("pipecat") is None,
                              reason="pipecat-ai is not installed (pip install --no-deps pipecat-ai==1.14.0)")
 
@@ -103,29 +104,41 @@ def test_turn_silence_is_todays_behaviour(paused):
         return [(type(m).__name__, m.turn, getattr(m, "speech_end_s", None), getattr(m, "at_s", None)) for m in out]
 
     today = summary(messages(SileroVAD(), paused))
-    assert summary(messages(SileroVAD(turn={"detector": "silence"}), paused)) == today
+    silence = {"_target_": "s2s.vad.turn_detection.SilenceSettings"}
+    assert summary(messages(SileroVAD(turn=silence), paused)) == today
     assert [kind for kind, *_ in today] == ["SpeechStarted", "SpeechSegment", "TurnDiscarded", "SpeechSegment",
                                             "TurnConfirmed"]
 
 
 # ---------------------------------------------------------------- config
 def test_each_turn_option_composes_validates_and_reaches_the_vad(tmp_path):
-    from conftest import compose_config
+    """An option file is its settings class's ``_target_`` and exactly that class's keys (bound without a VAD)."""
+    from conftest import CONF_DIR, compose_config
     from s2s.config import validate
+    from s2s.schema import check_kwargs
+    from s2s.config_errors import ValidationContext
 
-    for option, detector in (("silence", "silence"), ("smart_turn", "smart_turn"), ("words", "words"),
-                             ("fused", "fused")):
+    options = sorted(path.stem for path in (CONF_DIR / "turn").glob("*.yaml"))
+    assert options == ["fused", "silence", "smart_turn", "words"]
+    for option in options:
+        cfg = compose_config([f"turn={option}"], tmp_path)
+        node = dict(cfg.turn)
+        cls = turn_detection.TARGETS[node.pop("_target_")]
+        assert check_kwargs(cls, node, ValidationContext("turn", "linux", "linux", "cpu", {})) == []
         if option in ("smart_turn", "fused") and importlib.util.find_spec("pipecat") is None:
             continue
-        spec = next(s for s in validate(compose_config([f"turn={option}"], tmp_path)) if s.group == "vad")
-        assert spec.kwargs["turn"]["detector"] == detector
-    assert compose_config([], tmp_path).turn.detector == "fused"  # measured on real pauses: python -m s2s.bench turns
+        spec = next(s for s in validate(cfg) if s.group == "vad")
+        assert type(spec.build()._turn_settings) is cls
+    default = compose_config([], tmp_path).turn._target_  # measured on real pauses: python -m s2s.bench turns
+    assert default == "s2s.vad.turn_detection.FusedSettings"
 
 
 @pytest.mark.parametrize("override,expected", [
     ("turn.threshold=1.0", "turn.threshold=1.0: invalid; expected a number from 0 to 1 (exclusive)"),
     ("turn.max_silence_ms=20000", "turn.max_silence_ms=20000: invalid; expected a number from 300 to 10000"),
-    ("turn.detector=semantic", "turn.detector=semantic: invalid; expected one of silence, smart_turn, words"),
+    ("turn._target_=s2s.vad.turn_detection.Semantic",
+     "turn._target_=s2s.vad.turn_detection.Semantic: invalid; expected one of s2s.vad.turn_detection.SilenceSettings"),
+    ("+turn.detector=words", "turn.detector=words: invalid; expected a known key"),
     ("vad.speculative_silence_ms=null", "vad.speculative_silence_ms=None: invalid; expected a silence in ms"),
 ])
 @pytest.mark.parametrize("option", ["smart_turn", "words"])
@@ -149,14 +162,48 @@ def test_max_silence_must_outlast_the_judging_silence(tmp_path):
                                  "vad.min_silence_ms=600"], tmp_path))
 
 
+ALL_FOUR = ", ".join(f"s2s.vad.turn_detection.{kind}Settings" for kind in ("Silence", "SmartTurn", "Words", "Fused"))
+
+
+@pytest.mark.parametrize("target,expected", [
+    ("pathlib.Path.touch", "a class inside the 's2s' package"),  # the allowlist: nothing outside s2s, anywhere
+    ("s2s.tts.piper.PiperTTS", f"one of {ALL_FOUR}"),  # the turn group's own: one of its four settings classes
+])
+def test_a_foreign_turn_target_is_refused_before_anything_is_built(target, expected, tmp_path, monkeypatch, capsys):
+    from conftest import compose_config
+    from s2s import app, job
+
+    ran = []
+    monkeypatch.setattr(app, "run_once", lambda *args: ran.append(args) or 0)
+    touched = tmp_path / "touched"
+    cfg = compose_config(["turn=fused", f"turn._target_={target}", f"+turn.self={touched}"], tmp_path)
+    assert job.run(cfg) == 2 and ran == [] and not touched.exists()
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"config error: turn._target_={target}: invalid; expected {expected}"), line
+    with pytest.raises(ValueError, match=rf"turn._target_={target}: expected one of {ALL_FOUR}"):
+        SileroVAD(turn={"_target_": target})  # a program's mapping: only the four are ever built from it
+
+
+def test_on_the_command_line_a_foreign_turn_target_is_one_line_and_never_called(tmp_path):
+    from conftest import run_cli
+
+    touched = tmp_path / "touched"
+    result = run_cli("turn._target_=pathlib.Path.touch", f"+turn.self={touched}", "dry_run=true", cwd=tmp_path)
+    assert result.returncode == 2 and not touched.exists()
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("config error: turn._target_=pathlib.Path.touch: invalid; expected a class inside the "
+                           "'s2s' package"), line
+
+
 def test_without_pipecat_the_error_says_how_to_install_it(tmp_path, monkeypatch):
     from conftest import compose_config
     from s2s.config import validate
     from s2s.config_errors import ConfigErrors
     from s2s.stage import MissingExtraError
 
-    monkeypatch.setattr(turn, "MODEL_FILE", ("s2s_no_such_package", "model.onnx"))
-    with pytest.raises(ConfigErrors, match=r"turn.detector=smart_turn: .*pip install --no-deps pipecat-ai==1\.14\.0"):
+    monkeypatch.setattr(turn_detection, "MODEL_FILE", ("s2s_no_such_package", "model.onnx"))
+    with pytest.raises(ConfigErrors, match=r"turn._target_=s2s.vad.turn_detection.SmartTurnSettings: .*pip install "
+                                           r"--no-deps pipecat-ai==1\.14\.0"):
         validate(compose_config(["turn=smart_turn"], tmp_path))
     with pytest.raises(MissingExtraError, match=r"scripts/setup.sh"):
         SileroVAD(turn=SMART).setup()
@@ -173,7 +220,7 @@ def test_log_mel_matches_pipecats_feature_code(question):
     for clip in (question, np.tile(question, 6)):  # shorter and longer than the 8 s window
         window = clip[-128000:]
         reference = features.compute_whisper_log_mel_features(np.pad(window, (128000 - len(window), 0)))
-        np.testing.assert_allclose(turn.log_mel(clip), reference, atol=1e-4)
+        np.testing.assert_allclose(turn_detection.log_mel(clip), reference, atol=1e-4)
 
 
 COMPLETE = ["What is the capital of France?", "Tell me a joke please.", "Thank you very much."]
@@ -190,7 +237,7 @@ def test_smart_turn_hears_complete_questions_from_cut_ones(tmp_path):
 
     if not espeak_available():
         pytest.skip("espeak-ng is not installed")
-    detector = turn.SmartTurn(onnxruntime, 1, 0.5)
+    detector = turn_detection.SmartTurn(onnxruntime, 1, 0.5)
 
     def scores(texts):
         found = []

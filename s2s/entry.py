@@ -1,4 +1,5 @@
-"""The ``s2s`` console command: ``python run.py`` under one name, with shortcuts for the common ways to run.
+"""The entry: the ``s2s`` command, ``python -m s2s`` and ``python run.py`` all start here, where Hydra's main is
+written once; shortcuts name the common ways to run.
 
 ::
 

@@ -1,12 +1,15 @@
 """Turn detection for the VAD: how a pause ends the user's turn (the ``turn`` config group).
 
-``turn=silence`` (the default): a silence of ``vad.min_silence_ms`` ends it. ``turn=smart_turn``: after the
-short silence that starts a speculative turn (``vad.speculative_silence_ms``), Smart Turn v3.2 (the reference
-system's endpointing model, an 8.7 MB ONNX file inside the ``pipecat-ai`` wheel, BSD-2-Clause) judges from the
-audio whether the turn is complete; complete ends it at once, incomplete waits up to ``turn.max_silence_ms``.
+``turn=silence``: a silence of ``vad.min_silence_ms`` ends it. The others judge the turn once, at the short
+silence that starts a speculative turn (``vad.speculative_silence_ms``): ``turn=smart_turn`` from the audio, with
+Smart Turn v3.2 (the reference system's endpointing model, an 8.7 MB ONNX file inside the ``pipecat-ai`` wheel,
+BSD-2-Clause); ``turn=words`` from the words, with the LLM's verdict; ``turn=fused`` (the default) from both.
+A turn judged complete ends at once; one judged incomplete waits up to ``turn.max_silence_ms``.
 
-The VAD receives the group as a plain mapping (``vad.turn: ${turn}``) whose ``detector`` names the kind; the rest
-binds to that kind's settings class here, so nothing but the VAD's own ``_target_`` is ever instantiated.
+Each option file of the group is ``_target_`` (one of the settings classes below) plus exactly its keyword
+arguments, like every other option file. The VAD receives the group as a plain mapping (``vad.turn: ${turn}``)
+and :func:`settings` builds its ``_target_`` only when it is one of :data:`TARGETS`: nothing else is ever
+instantiated from it, whatever the config names.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ INSTALL = "pip install --no-deps pipecat-ai==1.14.0 (scripts/setup.sh does it)"
 BACKEND = "turn=smart_turn"
 
 
-class Silence:
+class SilenceSettings:
     """``turn=silence``: the turn ends after ``vad.min_silence_ms`` of silence, whatever was said."""
 
     def __init__(self) -> None:
@@ -92,11 +95,12 @@ class FusedSettings:
         self.words_done_ms = words_done_ms
 
 
-DETECTORS: dict[str, type] = {"silence": Silence, "smart_turn": SmartTurnSettings, "words": WordsSettings,
-                              "fused": FusedSettings}
-JUDGES = (SmartTurnSettings, WordsSettings, FusedSettings)  # the detectors that judge at the speculative silence
+KINDS = (SilenceSettings, SmartTurnSettings, WordsSettings, FusedSettings)
+TARGETS: dict[str, type] = {f"{kind.__module__}.{kind.__name__}": kind for kind in KINDS}  # the only ones built
+JUDGES = (SmartTurnSettings, WordsSettings, FusedSettings)  # the kinds that judge at the speculative silence
 HEARS = (SmartTurnSettings, FusedSettings)  # ... with Smart Turn on the audio
 READS = (WordsSettings, FusedSettings)  # ... with the LLM's verdict on the words
+Settings = SilenceSettings | SmartTurnSettings | WordsSettings | FusedSettings
 
 
 def model_path() -> Path:
@@ -107,10 +111,19 @@ def model_path() -> Path:
     return path
 
 
-def settings(turn: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
-    """The detector's name and its keyword arguments (already validated) from the ``turn`` mapping."""
-    values = dict(turn or {"detector": "silence"})
-    return str(values.pop("detector")), values
+def settings(turn: Mapping[str, Any] | None) -> Settings:
+    """The ``turn`` mapping's settings: its ``_target_`` built with its other keys (checked by :func:`check`).
+
+    None is ``turn=silence``. A ``_target_`` outside :data:`TARGETS` raises ValueError: the mapping may come
+    from a program rather than a checked config, and nothing but these classes is built from it.
+    """
+    if turn is None:
+        return SilenceSettings()
+    values = dict(turn)
+    target = values.pop("_target_", None)
+    if not isinstance(target, str) or target not in TARGETS:
+        raise ValueError(f"turn._target_={target}: expected one of {', '.join(TARGETS)}")
+    return TARGETS[target](**values)
 
 
 def check(turn: Mapping[str, Any] | None, vad: Mapping[str, Any], context: ValidationContext) -> list[ConfigError]:
@@ -122,26 +135,27 @@ def check(turn: Mapping[str, Any] | None, vad: Mapping[str, Any], context: Valid
     if turn is None:
         return []
     group = replace(context, group="turn")
-    name = turn.get("detector")
-    if name not in DETECTORS:
-        return [group.error("detector", name, f"one of {', '.join(DETECTORS)}")]
-    kwargs = {key: value for key, value in turn.items() if key != "detector"}
-    errors = check_kwargs(DETECTORS[name], kwargs, group)
-    if errors or name == "silence":
+    kwargs = dict(turn)
+    target = kwargs.pop("_target_", "<missing>")
+    if not isinstance(target, str) or target not in TARGETS:
+        return [group.error("_target_", target, f"one of {', '.join(TARGETS)} (the options of conf/turn/)")]
+    if errors := check_kwargs(TARGETS[target], kwargs, group):
         return errors
-    speculative, default = vad["speculative_silence_ms"], 3000 if name == "smart_turn" else 1400
+    made = TARGETS[target](**kwargs)
+    if not isinstance(made, JUDGES):
+        return []
+    speculative = vad["speculative_silence_ms"]
     if speculative is None:
-        errors.append(context.error("speculative_silence_ms", None, f"a silence in ms (turn={name} judges "
-                                                                    "the turn after it), e.g. 200"))
-    elif kwargs.get("max_silence_ms", default) <= speculative:
-        errors.append(group.error("max_silence_ms", kwargs.get("max_silence_ms", default),
+        errors.append(context.error("speculative_silence_ms", None, f"a silence in ms ({target.rsplit('.', 1)[-1]} "
+                                                                    "judges the turn after it), e.g. 200"))
+    elif made.max_silence_ms <= speculative:
+        errors.append(group.error("max_silence_ms", made.max_silence_ms,
                                   f"more than vad.speculative_silence_ms ({speculative})"))
-    if name not in ("smart_turn", "fused"):
-        return errors
-    try:
-        model_path()
-    except MissingExtraError as error:
-        errors.append(group.error("detector", name, f"pipecat-ai installed for its model file ({error})"))
+    if isinstance(made, HEARS):
+        try:
+            model_path()
+        except MissingExtraError as error:
+            errors.append(group.error("_target_", target, f"pipecat-ai installed for its model file ({error})"))
     return errors
 
 
@@ -167,7 +181,7 @@ def log_mel(samples: np.ndarray) -> np.ndarray:
     """Smart Turn's input: the last ``WINDOW_S`` seconds (zeros in front), normalised, as 80 x 800 log-mel.
 
     Matches ``WhisperFeatureExtractor(chunk_length=8)`` with ``do_normalize=True``, which pipecat vendors in
-    ``pipecat/audio/turn/smart_turn/_whisper_features.py`` (checked against it in tests/test_turn.py).
+    ``pipecat/audio/turn/smart_turn/_whisper_features.py`` (checked against it in tests/test_turn_detection.py).
     """
     size = WINDOW_S * RATE
     x = np.asarray(samples, dtype=np.float32)[-size:]
