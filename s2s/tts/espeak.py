@@ -1,0 +1,131 @@
+"""IPA phonemes from the espeak-ng program, clause by clause, for the TTS backends whose models read IPA.
+
+espeak-ng runs as a program of its own (one process per reply chunk, about 10 ms), so neither libespeak-ng nor a
+GPL Python package (``phonemizer``, ``piper-phonemize``) is loaded into the process. The text is cut where espeak
+cuts its clauses, each clause is phonemized with its punctuation kept (as Piper and ``phonemizer`` with
+``preserve_punctuation`` do), and a backend speaks a reply's first clause alone when it is long enough
+(:func:`pieces`), so the first audio comes sooner, then whole sentences.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import textwrap
+from dataclasses import dataclass
+
+from s2s.config_errors import ValidationContext
+
+ESPEAK = "espeak-ng"
+INSTALL = {"linux": "apt-get install espeak-ng", "macos": "brew install espeak-ng",
+           "windows": "the espeak-ng installer from https://github.com/espeak-ng/espeak-ng/releases"}
+MIN_CLAUSE_PHONEMES = 10  # a first clause shorter than this ("Yes, ") stays with what follows: alone it sounds clipped
+LINE_CHARS = 240  # espeak-ng reads standard input in lines of at most 999 bytes (4 per character at most)
+# Where espeak-ng ends a clause: . ? ! , ; : or an ellipsis (closing quotes and brackets with it) before a space
+CLAUSE_END = re.compile(r"(?:\.\.\.|…|[.?!,;:])+[\"'”’»)\]]*(?=\s|$)")
+CLOSERS = "\"'”’»)]"
+LANGUAGE_FLAG = re.compile(r"\([^)]*\)")  # espeak's (fr)...(en) around words it reads with another language
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One clause of a sentence: as written, and as espeak-ng's IPA with its terminator (a space after ``,;:``)."""
+
+    text: str
+    phonemes: str
+
+
+def missing_espeak(os_name: str | None) -> str:
+    """What to install, for ``os_name`` (None: a stage setting up knows no platform, so every OS's way)."""
+    how = INSTALL[os_name] if os_name in INSTALL else "; ".join(f"{name}: {way}" for name, way in INSTALL.items())
+    return f"the {ESPEAK} program, which is not on PATH; install it with: {how}"
+
+
+def missing_here(context: ValidationContext) -> str | None:
+    """What to install when the config is judged for this machine and espeak-ng is not on its PATH, else None
+    (a preview for another platform cannot see that machine's programs)."""
+    return missing_espeak(context.os) if context.here and shutil.which(ESPEAK) is None else None
+
+
+def split_clauses(text: str) -> list[tuple[str, str, bool]]:
+    """``(clause, terminator, ends_sentence)`` where espeak-ng ends its clauses.
+
+    A single dot before a lowercase word ends nothing ("Mr. and", "e.g. this"), as in espeak; a blank line ends a
+    sentence with no terminator, as espeak's paragraph does.
+    """
+    clauses: list[tuple[str, str, bool]] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        paragraph, start = " ".join(paragraph.split()), 0
+        for match in CLAUSE_END.finditer(paragraph):
+            marks = match.group().rstrip(CLOSERS)
+            if marks == "." and paragraph[match.end():].lstrip()[:1].islower():
+                continue
+            terminator = marks[-1].replace("…", ".")
+            clauses.append((paragraph[start:match.end()].strip(), terminator, terminator in ".?!"))
+            start = match.end()
+        if rest := paragraph[start:].strip():
+            clauses.append((rest, "", True))
+        elif clauses:
+            clauses[-1] = (*clauses[-1][:2], True)
+    return clauses
+
+
+def pieces(sentence: list[Clause], first: bool, minimum: int = MIN_CLAUSE_PHONEMES) -> list[list[Clause]]:
+    """The sentence as one piece; for a reply's first sentence, its first clause(s) up to ``minimum`` phonemes
+    alone and then the rest, so that the first audio comes out before the whole sentence is made."""
+    for cut in range(1, len(sentence) if first else 1):
+        if sum(len(clause.phonemes) for clause in sentence[:cut]) >= minimum:
+            return [sentence[:cut], sentence[cut:]]
+    return [sentence]
+
+
+class Espeak:
+    """espeak-ng's IPA for a voice (``en-us``, ...), the program run once per text.
+
+    Args:
+        voice: an espeak-ng voice name.
+        backend: the backend's name for the error raised when the program is missing (``tts=piper``).
+
+    Raises:
+        RuntimeError: espeak-ng is not on PATH (the message says how to install it).
+    """
+
+    def __init__(self, voice: str, backend: str) -> None:
+        program = shutil.which(ESPEAK)
+        if program is None:
+            raise RuntimeError(f"{backend} needs {missing_espeak(None)}")
+        self.command = [program, "-q", "-b", "1", "--ipa", "-v", voice]
+
+    def ipa(self, lines: list[str]) -> list[list[str]]:
+        """espeak-ng's IPA lines for each line of text: one process; an empty line after each marks its end."""
+        result = subprocess.run(self.command, input="".join(f"{line}\n\n" for line in lines), capture_output=True,
+                                encoding="utf-8", errors="replace", check=False)
+        if result.returncode:
+            raise RuntimeError(f"{' '.join(self.command)} failed: {result.stderr.strip()}")
+        blocks = result.stdout.split("\n\n")[:-1]  # a line without sound answers an empty line: its block is ""
+        return [[ipa.strip() for ipa in block.split("\n") if ipa.strip()] for block in blocks]
+
+    def sentences(self, text: str) -> list[list[Clause]]:
+        """The clauses of each sentence of ``text`` with their IPA, punctuation kept (as Piper's phonemize)."""
+        clauses = split_clauses(text)
+        lines, owners = [], []
+        for index, (clause, _, _) in enumerate(clauses):
+            if any(character.isalnum() for character in clause):  # the rest has no sound, only its mark
+                parts = textwrap.wrap(clause, LINE_CHARS, break_on_hyphens=False)
+                lines += parts
+                owners += [index] * len(parts)
+        groups = self.ipa(lines) if lines else []
+        if len(groups) != len(lines):  # a line espeak answered in an unexpected shape: one process per line
+            groups = [[ipa for group in self.ipa([line]) for ipa in group] for line in lines]
+        ipa = [""] * len(clauses)
+        for owner, group in zip(owners, groups):
+            ipa[owner] = " ".join(filter(None, [ipa[owner], *group]))
+        sentences: list[list[Clause]] = []
+        sentence: list[Clause] = []
+        for (clause, terminator, ends), phonemes in zip(clauses, ipa):
+            space = " " if terminator in (",", ";", ":") else ""  # a clause, not a sentence, ends there
+            sentence.append(Clause(clause, LANGUAGE_FLAG.sub("", phonemes) + terminator + space))
+            if ends:
+                sentences.append(sentence)
+                sentence = []
+        return sentences + [sentence] if sentence else sentences
