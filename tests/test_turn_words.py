@@ -133,6 +133,22 @@ def test_fused_ends_at_once_when_both_say_done_and_waits_longest_for_unfinished_
     assert len(heard.heard) == 1 and vad.takes == (TurnVerdict,)
 
 
+
+@pytest.mark.parametrize("words,after_s", [(0.6, 0.3), (0.01, 1.5)])
+def test_fused_without_smart_turn_judges_by_the_words_alone(question, monkeypatch, caplog, tmp_path, words, after_s):
+    """A wheel installed without pipecat-ai (scripts/setup.sh adds it): the default still validates and runs."""
+    from s2s.config import validate
+    from s2s.vad import turn_detection
+
+    monkeypatch.setattr(turn_detection, "MODEL_FILE", ("s2s_no_such_package", "model.onnx"))
+    validate(compose_config(["turn=fused"], tmp_path))  # no error: fused can do without the audio
+    vad = SileroVAD(turn={"_target_": "s2s.vad.turn_detection.FusedSettings", "words_threshold": 0.1,
+                          "max_silence_ms": 1500})
+    with caplog.at_level("WARNING"):
+        segment, confirmed = ended(run_vad(question, words, vad=vad))
+    assert vad.detector is None and "the words alone judge each pause" in caplog.text
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.07)
+
 # ------------------------------------------------------------------------------------ the packaged SmolLM2
 @pytest.fixture(scope="module")
 def smollm2():

@@ -1,6 +1,7 @@
 """Silero VAD (the model ships inside the silero-vad wheel) as a streaming utterance detector with speculative turns."""
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
@@ -13,6 +14,8 @@ from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, Spe
                           TurnConfirmed, TurnDiscarded, TurnVerdict)
 from s2s.stage import MissingExtraError, Stage, require
 from s2s.vad import turn_detection
+
+log = logging.getLogger(__name__)
 
 RATE = 16000
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
@@ -141,7 +144,10 @@ class SileroVAD(Stage):
             raise ConfigErrors(errors)
 
     def setup(self) -> None:
-        if isinstance(self._turn_settings, turn_detection.HEARS) and self.detector is None:
+        if self._fused and self.detector is None and not turn_detection.smart_turn_installed():
+            log.warning("turn=fused: Smart Turn's model file is not installed (%s); the words alone judge each "
+                        "pause, as turn=words does", turn_detection.INSTALL)
+        elif isinstance(self._turn_settings, turn_detection.HEARS) and self.detector is None:
             self.detector = turn_detection.SmartTurn(require("onnxruntime", backend="turn=smart_turn", extra=None),
                                                       self.threads, self._turn_settings.threshold)
         if self.onnx:
@@ -223,8 +229,8 @@ class SileroVAD(Stage):
               and voiced >= self.min_speech):
             self._speculated = True
             yield self._segment(self._kept(), speculative=True)
-            if self.detector is not None and self._fused:  # the words' verdict decides with it (``steer``)
-                self._heard_done = self.detector(np.concatenate(self._speech))
+            if self._fused:  # the words' verdict decides with it (``steer``); no Smart Turn: the words alone
+                self._heard_done = self.detector is None or self.detector(np.concatenate(self._speech))
             elif self.detector is not None and self.detector(np.concatenate(self._speech)):
                 yield TurnConfirmed(self._turn, self._now())  # the model heard a complete turn: end it now
                 self._end_turn()

@@ -151,12 +151,18 @@ def check(turn: Mapping[str, Any] | None, vad: Mapping[str, Any], context: Valid
     elif made.max_silence_ms <= speculative:
         errors.append(group.error("max_silence_ms", made.max_silence_ms,
                                   f"more than vad.speculative_silence_ms ({speculative})"))
-    if isinstance(made, HEARS):
-        try:
-            model_path()
-        except MissingExtraError as error:
-            errors.append(group.error("_target_", target, f"pipecat-ai installed for its model file ({error})"))
+    if isinstance(made, SmartTurnSettings) and not smart_turn_installed():  # fused judges by the words alone
+        errors.append(group.error("_target_", target, f"pipecat-ai installed for its model file ({INSTALL})"))
     return errors
+
+
+def smart_turn_installed() -> bool:
+    """Smart Turn's model file is there (``pipecat-ai`` installed)."""
+    try:
+        model_path()
+    except MissingExtraError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------ Whisper's log-mel features, in numpy
