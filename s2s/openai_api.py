@@ -1,7 +1,8 @@
-"""What both OpenAI-API backends (llm=openai, stt=openai) share: the URL rule, the client, one-line errors.
+"""What the OpenAI-API backends (llm=openai, stt=openai, tts=openai) share: the URL rule, the client, errors.
 
-Imported by ``s2s.llm.openai_lm`` and ``s2s.stt.openai_stt``; it imports no stage, so neither backend reaches
-into the other's module. The ``openai`` package itself is passed in by the caller (imported in its ``setup``).
+Imported by ``s2s.llm.openai_lm``, ``s2s.stt.openai_stt`` and ``s2s.tts.openai_tts``; it imports no stage, so no
+backend reaches into another's module. The ``openai`` package itself is passed in by the caller (imported in its
+``setup``).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def connect(openai: Any, base_url: str, api_key: str | None, timeout_s: float, g
         base_url: the server's API root.
         api_key: the bearer token; None sends a placeholder (local servers need none).
         timeout_s: connect and read timeout of every request; the client never retries.
-        group: the config group (``llm``, ``stt``) the errors name.
+        group: the config group (``llm``, ``stt``, ``tts``) the errors name.
 
     Returns:
         The client, and the model ids ``GET /models`` lists (empty when the server has no model list: the

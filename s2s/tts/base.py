@@ -2,14 +2,25 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from s2s import audio
 from s2s.config_errors import ConfigErrors, ValidationContext
-from s2s.messages import Data, Message, ReplyAudio, ReplyText
+from s2s.messages import Data, Message, Metric, ReplyAudio, ReplyText
 from s2s.schema import override_errors
 from s2s.stage import Stage
+
+log = logging.getLogger(__name__)
+
+
+class SynthesisFailed(RuntimeError):
+    """The backend could not say this chunk (a server answered an error, dropped or stalled the stream).
+
+    The rest of the chunk is dropped with the error logged and recorded (a ``tts_error`` event of the turn); the
+    reply goes on with its next chunk.
+    """
 
 
 class TTSStage(Stage):
@@ -32,6 +43,8 @@ class TTSStage(Stage):
 
     ``blocksize`` (samples; None: as the library makes them) regroups a backend's blocks into blocks of that
     size before they are shaped (:func:`s2s.audio.reblock`).
+
+    A backend raises :class:`SynthesisFailed` to drop one chunk instead of stopping the run.
     """
 
     accepts = (ReplyText,)
@@ -110,6 +123,9 @@ class TTSStage(Stage):
                 samples = shaper.feed(block)
                 if len(samples):
                     yield ReplyAudio(samples, self.sample_rate, message.turn)
+        except SynthesisFailed as error:
+            log.error("turn %d: a reply chunk was not said: %s", message.turn, error)
+            yield Metric(message.turn, "tts_error", 1.0, {"event": "tts_error", "error": str(error)})
         finally:
             blocks.close()  # type: ignore[attr-defined]
         if len(tail := shaper.finish()):
