@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from s2s.compaction import Compaction, Summarise, request
@@ -18,6 +19,27 @@ from s2s.usage import Usage
 
 log = logging.getLogger("s2s.compaction")
 KEEP: Any = object()  # an option not given: the owner's own setting holds (the stage's tools, the system prompt)
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """What one turn is asked to do (:meth:`ChatContext.take_plan`).
+
+    Args:
+        instructions: its own system prompt (None: none; KEEP: the context's, else the stage's).
+        toolbox: its own tools (None: none; KEEP: the context's, else the stage's).
+        remember: whether the exchange stays in the history.
+        spoken: whether the reply is said aloud.
+        voice: the voice it is said in (None: the TTS's own).
+        max_tokens: the reply's token cap when lower than the stage's own (None: the stage's).
+    """
+
+    instructions: Any = KEEP
+    toolbox: Any = KEEP
+    remember: bool = True
+    spoken: bool = True
+    voice: str | None = None
+    max_tokens: int | None = None
 
 
 class ChatContext:
@@ -37,9 +59,10 @@ class ChatContext:
         self.log_content = log_content
         self.tools: Any = KEEP  # a Toolbox, None (no tools) or KEEP: the stage's own llm.tools
         self.spoken = True  # replies are said aloud; False: text only (output_modalities ["text"])
+        self.max_tokens: int | None = None  # every reply's token cap when lower than the stage's (None: the stage's)
         self._messages: list[dict[str, Any]] = []
         self._owners: list[int] = []  # the turn each message belongs to
-        self._plans: dict[int, tuple[Any, Any, bool, Any]] = {}  # turn -> (instructions, toolbox, remember, spoken)
+        self._plans: dict[int, dict[str, Any]] = {}  # turn -> what its TurnPlan sets
         self._edits: dict[tuple[int, str], str | None] = {}  # (turn, role) -> what the client kept (None: deleted)
         self.summary: str | None = None  # what compaction made of the exchanges it took out of the history
         self._usage = Usage()  # every token the LLM spent on this conversation (replies, attempts, summaries)
@@ -47,18 +70,21 @@ class ChatContext:
         self._lock = threading.Lock()
 
     def plan_turn(self, turn: int, instructions: Any = KEEP, toolbox: Any = KEEP, remember: bool = True,
-                  spoken: Any = KEEP) -> None:
+                  spoken: Any = KEEP, voice: str | None = None, max_tokens: Any = KEEP) -> None:
         """Options for ``turn`` alone: its own instructions (None: no system prompt), its own tools (None: none),
-        whether the exchange stays in the history (a realtime client's out-of-band response does not) and
-        whether the reply is said aloud."""
+        whether the exchange stays in the history (a realtime client's out-of-band response does not), whether
+        the reply is said aloud, in which voice (None: the TTS's own) and its token cap (None: the stage's)."""
         with self._lock:
-            self._plans[turn] = (instructions, toolbox, remember, spoken)
+            self._plans[turn] = {"instructions": instructions, "toolbox": toolbox, "remember": remember,
+                                 "spoken": spoken, "voice": voice, "max_tokens": max_tokens}
 
-    def take_plan(self, turn: int) -> tuple[Any, Any, bool, bool]:
-        """``turn``'s plan, once: (instructions, toolbox (KEEP where it gave none), remember, spoken)."""
+    def take_plan(self, turn: int) -> TurnPlan:
+        """``turn``'s plan, once; what it left at KEEP is the context's (spoken, max_tokens) or the stage's."""
         with self._lock:
-            instructions, toolbox, remember, spoken = self._plans.pop(turn, (KEEP, KEEP, True, KEEP))
-        return instructions, toolbox, remember, self.spoken if spoken is KEEP else spoken
+            planned = self._plans.pop(turn, {})
+            defaults = {"spoken": self.spoken, "max_tokens": self.max_tokens}
+        return TurnPlan(**{**planned, **{key: value for key, value in defaults.items()
+                                         if planned.get(key, KEEP) is KEEP}})
 
     def edit(self, turn: int, role: str, content: str | None) -> None:
         """The client changed its copy of the conversation: ``role``'s message of ``turn`` now says ``content``.

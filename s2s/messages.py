@@ -49,6 +49,7 @@ class SpeechSegment(Data):
     speech_end_s: float | None = None  # end of the last voiced frame, on the input clock (end_s adds padding)
     closed_s: float | None = None  # input position when the VAD let the segment go (endpointing included)
     speculative: bool = False  # let go after a short silence: a TurnConfirmed or TurnDiscarded follows
+    language: str | None = None  # the language its speaker set (a realtime session's); None: the STT's own
 
     @property
     def duration_s(self) -> float:
@@ -78,6 +79,7 @@ class SpeechSoFar(Progress):
     turn: int
     start_s: float
     paused: bool = False  # the speech paused: the samples are what the segment holds if the pause lasts
+    language: str | None = None  # as the segment's
 
     @property
     def samples(self) -> np.ndarray:
@@ -115,6 +117,7 @@ class ReplyText(Data):
     turn: int
     language: str | None = None
     spoken: bool = True  # False: a text-only reply (a realtime client's output_modalities ["text"]); no TTS
+    voice: str | None = None  # the voice to say it in (a realtime client's, for one response); None: the TTS's own
 
 
 @dataclass(frozen=True, eq=False)

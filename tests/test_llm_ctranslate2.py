@@ -230,6 +230,19 @@ def test_generation_waits_while_nobody_reads_and_closing_the_reply_stops_it(ramb
         rambler._generator = spy.inner
 
 
+def test_a_turns_own_token_cap_stops_the_reply_there(rambler):
+    spy = rambler._generator = CountingGenerator(rambler._generator)
+    try:
+        rambler.context.plan_turn(0, max_tokens=12)  # a realtime client's max_output_tokens for one response
+        list(rambler.process(Transcript("hello world", 0, "en")))
+        assert spy.steps == 12
+        spy.steps = 0
+        list(rambler.process(Transcript("hello world", 1, "en")))  # the next turn: the stage's 400 again
+        assert spy.steps == 400
+    finally:
+        rambler._generator = spy.inner
+
+
 def test_a_converted_folder_loads_as_given(native, tmp_path):
     folder = resolve_model(native.model_name, str(MODELS), "float32")
     assert (folder / "model.bin").is_file() and (folder / "tokenizer.json").is_file()

@@ -169,6 +169,20 @@ def test_reasoning_effort_reaches_the_server_in_each_apis_form(faulty, api, key,
         assert body[key] == (effort if api == "chat_completions" else {"effort": effort})
 
 
+@pytest.mark.parametrize("api,key", [("chat_completions", "max_tokens"), ("responses", "max_output_tokens")])
+def test_a_turns_own_token_cap_is_sent_when_lower_than_the_stages(faulty, api, key):
+    stage = make(f"{faulty}/record/v1", "m", api=api)  # max_tokens 40
+    openai_servers.RECEIVED.clear()
+    try:
+        stage.context.plan_turn(0, max_tokens=5)  # a realtime client's max_output_tokens for one response
+        stage.context.plan_turn(1, max_tokens=400)  # more than the stage allows: its own cap holds
+        for turn in range(3):
+            list(stage.process(Transcript("Think about it.", turn, "en")))
+    finally:
+        stage.close()
+    assert [body[key] for body in openai_servers.RECEIVED] == [5, 40, 40]
+
+
 @pytest.mark.parametrize("override,fragment", [
     ("llm.reasoning_effort=extreme", "llm.reasoning_effort=extreme: invalid; expected one of minimal, low, medium, "
                                      "high or null"),

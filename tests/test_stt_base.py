@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import CONF_DIR
-from s2s.messages import SpeechSegment, Transcript, TurnEnd
+from s2s.messages import Metric, SpeechSegment, Transcript, TurnEnd
 from s2s.stt.base import STTStage, TranscriptionFailed
 
 
@@ -36,9 +36,11 @@ class Scripted(STTStage):
     def __init__(self, *answers: tuple[str, str | None] | Exception) -> None:
         self.answers = list(answers)
         self.heard: list[np.ndarray] = []
+        self.language, self.languages = "en", []  # the configured language; the one each call saw
 
     def transcribe(self, samples):
         self.heard.append(samples)
+        self.languages.append(self.language)
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -61,10 +63,23 @@ def test_no_words_and_a_failed_request_each_end_the_turn_with_one_log_line(caplo
     stage = Scripted(("", "en"), TranscriptionFailed("stt=x at http://h failed: ReadTimeout"))
     with caplog.at_level(logging.INFO, logger="s2s.stt.base"):
         assert list(stage.process(segment(16000, 0.1, 7))) == [TurnEnd(7)]
-        assert list(stage.process(segment(16000, 0.1, 8))) == [TurnEnd(8)]
+        assert list(stage.process(segment(16000, 0.1, 8))) == [  # the error is an event of the turn's record
+            Metric(8, "stt_error", 1.0, {"event": "stt_error", "error": "stt=x at http://h failed: ReadTimeout"}),
+            TurnEnd(8)]
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.INFO, "turn 7: no words recognised, no reply"),
         (logging.ERROR, "turn 8: stt=x at http://h failed: ReadTimeout")]
+
+
+def test_a_segment_that_names_its_language_is_transcribed_in_it_and_the_stage_keeps_its_own():
+    import dataclasses
+
+    stage = Scripted(("Bonjour.", "fr"), ("Hello.", "en"), ("Hallo.", "de"))
+    french = dataclasses.replace(segment(16000, 0.1, 1), language="fr")
+    assert list(stage.process(french)) == [Transcript("Bonjour.", 1, "fr")]
+    assert list(stage.process(segment(16000, 0.1, 2))) == [Transcript("Hello.", 2, "en")]
+    assert stage.recognise(np.zeros(1600, np.float32), "de") == ("Hallo.", "de")  # a server's partial pass
+    assert stage.languages == ["fr", "en", "de"] and stage.language == "en"
 
 
 def test_other_errors_still_stop_the_run():

@@ -69,7 +69,8 @@ def test_a_failing_request_drops_the_turn_not_the_session(served, whisper_dir, c
     stage.setup()
     stage.model = "no-such/whisper"  # the server now answers 500 for every utterance
     try:
-        assert list(stage.process(segment(220.0, turn=9))) == [TurnEnd(9)]
+        *error, end = stage.process(segment(220.0, turn=9))
+        assert end == TurnEnd(9) and [m.name for m in error] == ["stt_error"]
     finally:
         stage.close()
     assert any("turn 9: stt=openai" in record.message for record in caplog.records)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from s2s.chat_context import KEEP, ChatContext
+from s2s.chat_context import KEEP, ChatContext, TurnPlan
 from s2s.compaction import SUMMARY_MAX_TOKENS, with_summary
 from s2s.languages import language_name
 from s2s.llm.calibration import Capped, Confidence
@@ -74,6 +74,7 @@ class LLMStage(Stage):
         self.first_chunk_min_words = first_chunk_min_words  # ... but never fewer ("Yes," alone sounds clipped)
         self._own_tools: Toolbox | None = None  # llm.tools, loaded in setup
         self._toolbox: Toolbox | None = None  # the tools of the turn being answered (backends offer these)
+        self._turn_tokens: int | None = None  # the token cap of the turn being answered, when it has its own
         self.context = ChatContext()  # the conversation it is lent: a local run's own until one is lent
 
     def _load_tools(self) -> None:
@@ -139,6 +140,11 @@ class LLMStage(Stage):
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall]:
         raise NotImplementedError
 
+    def reply_tokens(self, configured: int) -> int:
+        """The cap a backend's ``stream`` puts on the reply: its ``configured`` one, or the turn's own when lower
+        (a realtime client's ``max_output_tokens``)."""
+        return configured if self._turn_tokens is None else min(configured, self._turn_tokens)
+
     def end_of_turn_probability(self, messages: list[dict[str, Any]]) -> float | None:
         """The model's probability that the user's turn ends after the last message's words (``turn=words``).
 
@@ -184,18 +190,20 @@ class LLMStage(Stage):
         said: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
         context = self.context  # the conversation this turn belongs to, even if another is lent meanwhile
         context.cancel_compaction()  # a summary being written gives way to this reply
-        instructions, planned_tools, keep, spoken = context.take_plan(message.turn)
-        messages = self.chat_messages(message.text, instructions, message.language)
+        plan = context.take_plan(message.turn)
+        messages = self.chat_messages(message.text, plan.instructions, message.language)
         if message.speculative and TurnVerdict in self.wanted:  # the VAD asks: do these words end the turn?
             probability = self.end_of_turn_probability(messages)
             if probability is not None:
                 yield TurnVerdict(message.turn, probability)
         try:
-            self._toolbox = self.toolbox(planned_tools)
-            yield from self._reply(message, messages, splitter, said, start, context, spoken)
+            self._toolbox = self.toolbox(plan.toolbox)
+            self._turn_tokens = plan.max_tokens
+            yield from self._reply(message, messages, splitter, said, start, context, plan)
             finished = True
         finally:  # also when the runner closes the generator (barge-in, cancel, stop)
-            if keep:
+            self._turn_tokens = None
+            if plan.remember:
                 context.remember(message.turn, message.text,
                                  splitter.text.strip() if finished else " ".join(said))
                 if self.compact_history:  # in its own thread: the reply is over
@@ -203,7 +211,7 @@ class LLMStage(Stage):
         yield TurnEnd(message.turn)
 
     def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
-               said: list[str], start: float, context: ChatContext, spoken: bool = True) -> Iterator[Message]:
+               said: list[str], start: float, context: ChatContext, plan: TurnPlan = TurnPlan()) -> Iterator[Message]:
         """Stream one reply, running the tools it calls, and yield its sentences as they end.
 
         Each round streams ``messages`` through ``stream``: text pieces go through ``splitter`` and leave as
@@ -220,7 +228,8 @@ class LLMStage(Stage):
             said: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.
             start: ``perf_counter`` when the turn began, for the first-token metric.
             context: the turn's conversation (it counts the tokens; it says whether tool calls may be logged).
-            spoken: the reply is said aloud (False: text only, the TTS passes it by).
+            plan: the turn's plan: whether the reply is said aloud (False: text only, the TTS passes it by), and
+                in which voice.
         """
         first, failed, capped = True, False, False
         thoughts = TagFilter(THINK_OPEN, THINK_CLOSE)  # over the whole reply: a round may end inside one
@@ -232,7 +241,7 @@ class LLMStage(Stage):
                 yield Metric(message.turn, "llm_first_token_s", time.perf_counter() - start)
             for sentence in splitter.feed(piece):
                 if text := clean_for_speech(sentence):
-                    yield ReplyText(text, message.turn, message.language, spoken)
+                    yield ReplyText(text, message.turn, message.language, plan.spoken, plan.voice)
                     said.append(text)
 
         for round_ in range(MAX_TOOL_ROUNDS + 1):
@@ -286,5 +295,5 @@ class LLMStage(Stage):
                 splitter.trim()
             for sentence in splitter.finish():
                 if text := clean_for_speech(sentence):
-                    yield ReplyText(text, message.turn, message.language, spoken)
+                    yield ReplyText(text, message.turn, message.language, plan.spoken, plan.voice)
                     said.append(text)

@@ -284,7 +284,7 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped | Usage]:
         static, rest = self.prompt(self._with_tools(messages))
         cached = len(static) if static and tuple(static) in self._cached else 0
-        tokens, count = self._generate(static, rest, self.max_new_tokens)
+        tokens, count = self._generate(static, rest, self.reply_tokens(self.max_new_tokens))
         calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
         yield from calibrated(tokens, self.calibrator(messages), calls)
         yield Usage(len(static) + len(rest), count[0], cached)

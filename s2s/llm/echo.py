@@ -27,4 +27,11 @@ class EchoLM(LLMStage):
                         language=language, follow_user_language=follow_user_language)
 
     def stream(self, messages: list[dict[str, str]]) -> Iterator[str]:
-        yield f"{self.prefix} {messages[-1]['content']}".strip()
+        """The words back, as many as a turn's own token cap lets through (``count_tokens`` measures)."""
+        text = f"{self.prefix} {messages[-1]['content']}".strip()
+        cap, kept = self.reply_tokens(self.count_tokens(text)), []
+        for word in text.split():
+            if kept and self.count_tokens(" ".join([*kept, word])) > cap:
+                break
+            kept.append(word)
+        yield text if len(kept) == len(text.split()) else " ".join(kept)

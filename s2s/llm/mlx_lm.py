@@ -93,7 +93,7 @@ class MLXLM(TemplateTools, LLMStage):
                                                      tokenize=False, **self._template_tools(),
                                                      **self.template_switches())
         calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
-        for piece in self._generate(prompt, self.max_new_tokens):
+        for piece in self._generate(prompt, self.reply_tokens(self.max_new_tokens)):
             if calls is None or isinstance(piece, Usage):
                 yield piece
             else:

@@ -118,7 +118,7 @@ class OpenAILM(LLMStage):
                                f"{detail(error)}{listed}; check llm.model") from None
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Usage]:
-        yield from self._streamed(messages, self.max_tokens, tools=True)
+        yield from self._streamed(messages, self.reply_tokens(self.max_tokens), tools=True)
 
     def complete(self, messages: list[dict[str, Any]], max_tokens: int) -> Iterator[str | Usage]:
         for piece in self._streamed(messages, max_tokens, tools=False):

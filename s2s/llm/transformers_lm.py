@@ -216,7 +216,7 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
         inputs = self._tokenizer.apply_chat_template(self._with_tools(messages), add_generation_prompt=True,
                                                      return_tensors="pt", return_dict=True,
                                                      **self._template_tools(), **self.template_switches())
-        tokens, count = self._generate(inputs, self.max_new_tokens)
+        tokens, count = self._generate(inputs, self.reply_tokens(self.max_new_tokens))
         calls = ToolCallFilter() if self._toolbox else None  # takes <tool_call> out of the spoken text
         yield from calibrated(tokens, self.calibrator(messages), calls)
         yield Usage(int(inputs["input_ids"].shape[-1]), count[0])

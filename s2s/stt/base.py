@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from s2s import audio
-from s2s.messages import Data, Message, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar, TurnEnd
+from s2s.messages import Data, Message, Metric, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar, TurnEnd
 from s2s.stage import Stage
 from s2s.stt.incremental import Utterance
 
@@ -33,7 +34,11 @@ class STTStage(Stage):
     Parakeet model expects), already resampled by ``process``. ``language`` is a code (``en``) or None when
     unknown. ``process`` yields a :class:`Transcript`, or, when the utterance has no words, a :class:`TurnEnd`
     that closes the turn without a reply (so a half-duplex microphone listens again). A backend raises
-    :class:`TranscriptionFailed` to drop one turn with an error instead of stopping the run.
+    :class:`TranscriptionFailed` to drop one turn with an error instead of stopping the run; ``process`` then
+    records an ``stt_error`` event for the turn.
+
+    A backend reads its ``language`` (a code; None: detected, where it can detect) when it transcribes: a
+    segment that names its own (a realtime session's transcription language) is transcribed in that one.
     """
 
     accepts = (SpeechSegment, SpeechSoFar)
@@ -43,6 +48,7 @@ class STTStage(Stage):
     incremental_s: float | None = None
     _utterance: Utterance | None = None  # the open utterance's committed words (per utterance, never longer)
     _language: str | None = None  # the language of the last incremental pass
+    language: str | None = None  # backends set their configured one
 
     @property
     def asks(self) -> tuple[type[Data], ...]:  # type: ignore[override]
@@ -58,14 +64,24 @@ class STTStage(Stage):
         the backend does not trust (it would retry it)."""
         raise NotImplementedError
 
-    def recognise(self, samples: Any) -> tuple[str, str | None]:
+    def recognise(self, samples: Any, language: str | None = None) -> tuple[str, str | None]:
         """``transcribe`` one call at a time per stage: the turn's own pass and the server's partial passes
-        share a pooled stage from two threads, and no backend library (MLX least of all) is safe for that."""
-        with self._one_at_a_time():
+        share a pooled stage from two threads, and no backend library (MLX least of all) is safe for that.
+        ``language``: the speaker's (None: the stage's own)."""
+        with self._one_at_a_time(language):
             return self.transcribe(samples)
 
-    def _one_at_a_time(self) -> threading.Lock:
-        return self.__dict__.setdefault("_stt_lock", threading.Lock())
+    @contextmanager
+    def _one_at_a_time(self, language: str | None = None) -> Iterator[None]:
+        """Hold the stage for one call, in ``language`` when given (the configured one comes back after it)."""
+        with self.__dict__.setdefault("_stt_lock", threading.Lock()):
+            configured = self.language
+            if language is not None:
+                self.language = language
+            try:
+                yield
+            finally:
+                self.language = configured
 
     def warm_up(self) -> None:
         self.recognise(audio.silence(1.0, self.sample_rate))
@@ -78,11 +94,12 @@ class STTStage(Stage):
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
         try:
             if self.incremental_s:
-                text, language = self._finish(message.start_s, samples)
+                text, language = self._finish(message.start_s, samples, message.language)
             else:
-                text, language = self.recognise(samples)
+                text, language = self.recognise(samples, message.language)
         except TranscriptionFailed as error:
             log.error("turn %d: %s", message.turn, error)
+            yield Metric(message.turn, "stt_error", 1.0, {"event": "stt_error", "error": str(error)})
             yield TurnEnd(message.turn)
             return
         if text:
@@ -105,7 +122,7 @@ class STTStage(Stage):
         if len(samples) == utterance.heard or not due:
             return
         try:
-            with self._one_at_a_time():
+            with self._one_at_a_time(message.language):
                 rest, language = self.transcribe_from(samples, utterance.prefix)
         except TranscriptionFailed as error:  # a pass failing costs only what it would have committed
             log.warning("turn %d: incremental pass failed: %s", message.turn, error)
@@ -118,7 +135,7 @@ class STTStage(Stage):
         if TranscriptSoFar in self.wanted and (text := utterance.shown()):
             yield TranscriptSoFar(message.turn, text)
 
-    def _finish(self, key: float, samples: Any) -> tuple[str, str | None]:
+    def _finish(self, key: float, samples: Any, language: str | None) -> tuple[str, str | None]:
         """The segment's transcript: the committed words and what follows them (nothing to decode if the last pass
         heard exactly this audio). A segment of another utterance starts afresh; a pass the backend does not
         trust is done again over the whole utterance, as without incremental decoding."""
@@ -128,12 +145,12 @@ class STTStage(Stage):
         if utterance.heard == len(samples):
             return utterance.text(), self._language
         if utterance.unsure == len(samples):  # the pass at the pause was not sure of this very audio: retry at once
-            return self.recognise(samples)
-        with self._one_at_a_time():
-            rest, language = self.transcribe_from(samples, utterance.prefix)
+            return self.recognise(samples, language)
+        with self._one_at_a_time(language):
+            rest, heard_in = self.transcribe_from(samples, utterance.prefix)
             if rest is None:
                 return self.transcribe(samples)
-        return utterance.text(rest), language
+        return utterance.text(rest), heard_in
 
     def reset(self) -> None:
         self._utterance = None

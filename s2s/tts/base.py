@@ -39,7 +39,8 @@ class TTSStage(Stage):
     ``audio.output.voice`` and ``audio.output.speed`` onto them, and on nothing else.
 
     ``runtime_keys`` are the constructor keywords a set-up stage can change in place, model kept
-    (:meth:`apply_settings`); a change of any other key needs a new stage.
+    (:meth:`apply_settings`); a change of any other key needs a new stage. A reply chunk that names its own
+    ``voice`` is said in it when the voice key is one of them (the owner judged the voice beforehand).
 
     ``blocksize`` (samples; None: as the library makes them) regroups a backend's blocks into blocks of that
     size before they are shaped (:func:`s2s.audio.reblock`).
@@ -113,6 +114,18 @@ class TTSStage(Stage):
         assert isinstance(message, ReplyText)
         if not message.spoken:  # a text-only reply: nothing to say aloud
             return
+        key = self.voice_key
+        if message.voice is None or key is None or key not in self.runtime_keys or message.voice == getattr(self, key):
+            yield from self._speak(message)
+            return
+        own = self.settings()  # a voice for this reply alone (a realtime client's response), already judged
+        self.restore_settings({key: message.voice})
+        try:
+            yield from self._speak(message)
+        finally:
+            self.restore_settings(own)
+
+    def _speak(self, message: ReplyText) -> Iterator[Message]:
         blocks = self.synthesize(message.text, message.language)
         shaper = audio.PauseShaper(self.sample_rate, self.lead_silence_s, self.max_pause_s)
         converted = (audio.to_pipeline(block, self.sample_rate) for block in blocks)
