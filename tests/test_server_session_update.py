@@ -70,9 +70,10 @@ def test_keys_that_cannot_apply_are_accepted_and_noted():
                   "output": {"voice": {"id": "voice_1234"}, "speed": 1.2}},
         "tool_choice": {"type": "function", "name": "get_weather"}}})
     assert set(update.acknowledged) == {"session.tracing", "session.include", "session.prompt",
-                                        "session.max_output_tokens", "session.truncation", "session.parallel_tool_calls",
+                                        "session.truncation", "session.parallel_tool_calls",
                                         "session.audio.input.noise_reduction"}
     assert update.voice == "voice_1234" and update.speed == 1.2
+    assert (update.max_output_tokens, update.transcription, update.transcription_language) == ("inf", True, "en")
     assert update.tool_choice == {"type": "function", "name": "get_weather"}
 
 
@@ -104,7 +105,7 @@ def test_a_key_outside_the_schema_or_a_bad_value_is_refused_by_its_param(session
 def test_response_create_carries_its_own_instructions_tools_and_conversation():
     def request(response):
         body = {"type": "response.create", "response": response}
-        return parse_response_create(ClientEvent("response.create", None, body))
+        return parse_response_create(ClientEvent("response.create", None, body), LIMITS)
 
     out_of_band = request({"conversation": "none", "instructions": "Summarize.", "metadata": {"topic": "t"},
                            "output_modalities": ["audio"], "tool_choice": "none",
@@ -115,10 +116,17 @@ def test_response_create_carries_its_own_instructions_tools_and_conversation():
     assert request({"tools": [TOOL], "tool_choice": {"type": "function", "name": "get_weather"}}).tools[0]["name"] == \
         "get_weather"
     assert request({"output_modalities": ["text"]}).text_only and request({}).text_only is None
+    own = request({"max_output_tokens": 20, "audio": {"output": {"voice": {"id": "verse"},
+                                                                  "format": {"type": "audio/pcm", "rate": 16000}}}})
+    assert (own.max_output_tokens, own.voice, own.output_rate) == (20, "verse", 16000)
+    assert request({"max_output_tokens": "inf"}).max_output_tokens == "inf" and request({}).voice is None
     for bad, param in (({"conversation": "other"}, "response.conversation"),
                        ({"output_modalities": ["text", "audio"]}, "response.output_modalities"),
                        ({"output_modalities": []}, "response.output_modalities"),
-                       ({"voice": "alloy"}, "response.voice")):
+                       ({"voice": "alloy"}, "response.voice"),  # the beta shape: GA has audio.output.voice
+                       ({"max_output_tokens": 5000}, "response.max_output_tokens"),
+                       ({"audio": {"output": {"speed": 1.2}}}, "response.audio.output.speed"),
+                       ({"audio": {"output": {"format": {"type": "audio/pcmu"}}}}, "response.audio.output.format.type")):
         with pytest.raises(ProtocolError) as refused:
             request(bad)
         assert refused.value.param == param

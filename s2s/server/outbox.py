@@ -62,6 +62,23 @@ class UserHeard:
 
 
 @dataclass(frozen=True)
+class UserNotHeard:
+    """The STT failed on ``turn`` (it gets no transcript and no reply)."""
+
+    turn: int
+
+
+@dataclass(frozen=True)
+class UserIdle:
+    """The user stayed silent ``timeout_s`` after a reply (``idle_timeout_ms``): ``turn`` is that silence, committed
+    at ``end_s`` on the input clock, and a response prompts them."""
+
+    turn: int
+    end_s: float
+    timeout_s: float
+
+
+@dataclass(frozen=True)
 class ReplyWords:
     """A piece of the reply's text: the ``chunk``-th the LLM handed the TTS in its turn."""
 
@@ -159,9 +176,9 @@ class Close:
     """The session is over: the writer stops."""
 
 
-OutboxMessage = (Send | UserStarted | UserStopped | UserPartial | UserHeard | ReplyWords | ReplySound | ReplyOver | ToolCalled
-                 | ToolOutputs | CancelReply | GraphEnded | ItemAdded | ItemsAnswered | ItemAsked | Committed | TokensUsed
-                 | Close)
+OutboxMessage = (Send | UserStarted | UserStopped | UserPartial | UserHeard | UserNotHeard | UserIdle | ReplyWords
+                 | ReplySound | ReplyOver | ToolCalled | ToolOutputs | CancelReply | GraphEnded | ItemAdded
+                 | ItemsAnswered | ItemAsked | Committed | TokensUsed | Close)
 
 
 class Outbox:
@@ -296,3 +313,5 @@ class GraphObserver:
         self.recorder.on_metric(stage, metric)
         if (usage := from_metric(metric)) is not None:
             self._put(metric.turn, TokensUsed(metric.turn, usage))
+        elif metric.name == "stt_error":
+            self._put(metric.turn, UserNotHeard(metric.turn))

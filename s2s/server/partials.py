@@ -75,19 +75,20 @@ class PartialTranscriber:
                 self._turn, self._done = turn, 0
             return length - self._done >= self.every and not (self._worker and self._worker.is_alive())
 
-    def start(self, turn: int, samples: np.ndarray) -> None:
-        """Transcribe ``samples`` (the utterance so far, at ``sample_rate``) in a worker thread."""
+    def start(self, turn: int, samples: np.ndarray, language: str | None = None) -> None:
+        """Transcribe ``samples`` (the utterance so far, at ``sample_rate``; in ``language``, None: the STT's
+        own) in a worker thread."""
         with self._lock:
             if self._worker is not None and self._worker.is_alive():
                 return
             self._turn, self._done = turn, len(samples)
-            self._worker = threading.Thread(target=self._pass, args=(turn, samples), daemon=True,
+            self._worker = threading.Thread(target=self._pass, args=(turn, samples, language), daemon=True,
                                             name=f"s2s-partial-{turn}")
             self._worker.start()
 
-    def _pass(self, turn: int, samples: np.ndarray) -> None:
+    def _pass(self, turn: int, samples: np.ndarray, language: str | None) -> None:
         try:
-            text, _ = self.stt.recognise(audio.resample(samples, self.sample_rate, self.stt.sample_rate))
+            text, _ = self.stt.recognise(audio.resample(samples, self.sample_rate, self.stt.sample_rate), language)
         except Exception as error:  # an interim pass failing costs nothing but that delta
             log.warning("turn %d: partial transcript failed: %s: %s", turn, type(error).__name__, error)
             return

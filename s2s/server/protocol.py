@@ -55,7 +55,7 @@ class TurnDetection:
     interrupt_response: bool = True
     kind: str = "server_vad"  # server_vad | semantic_vad | none (turn_detection null: manual turns)
     eagerness: str | None = None  # semantic_vad only
-    idle_timeout_ms: int | None = None  # accepted and shown; the server sends no idle prompts
+    idle_timeout_ms: int | None = None  # server_vad: the user's silence after a reply that prompts another
 
     @property
     def manual(self) -> bool:
@@ -90,6 +90,8 @@ class SessionUpdate:
     transcription: bool | None = None  # False: the client set transcription null (no transcription events)
     text_only: bool | None = None  # output_modalities ["text"]: replies in text, not said aloud
     visemes: bool | None = None  # audio.output.visemes: speech_to_speech.output_audio.visemes events (extension)
+    transcription_language: str | None = None  # with ``transcription`` on: its language (None: the STT's own)
+    max_output_tokens: int | str | None = None  # a reply's token cap, or "inf" (the LLM's own)
     acknowledged: dict[str, Any] = field(default_factory=dict)
 
 
@@ -255,6 +257,9 @@ class ResponseRequest:
     input: list[Item] | None = None  # its own input items instead of the conversation's new ones
     metadata: dict[str, Any] | None = None
     text_only: bool | None = None  # output_modalities ["text"] (None: the session's)
+    voice: str | None = None  # audio.output.voice (None: the session's)
+    output_rate: int | None = None  # audio.output.format's rate (None: the session's; another one is refused)
+    max_output_tokens: int | str | None = None  # its token cap, or "inf" (the LLM's own); None: the session's
 
 
 def check_bare(event: ClientEvent) -> None:

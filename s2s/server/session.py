@@ -21,17 +21,18 @@ import numpy as np
 from s2s import audio
 from s2s.config import StageSpec, validation_context
 from s2s.graph import Graph
-from s2s.chat_context import KEEP
 from s2s.llm.base import LLMStage
 from s2s.messages import SpeechSegment, Transcript, TranscriptSoFar
 from s2s.metrics import Recorder
 from s2s.server import protocol
 from s2s.server.client_log import ClientLog, quote
+from s2s.server.idle import IDLE_NOTE, IdleTimer
 from s2s.server.outbox import (CancelReply, Close, Committed, GraphEnded, GraphObserver, ItemAdded, ItemAsked,
-                               ItemsAnswered, Outbox, ReplySound, Send, ToolOutputs, UserPartial)
+                               ItemsAnswered, Outbox, ReplySound, Send, ToolOutputs, UserIdle, UserPartial)
 from s2s.server.pipelines import Pipeline
 from s2s.server.roles import find_roles
 from s2s.server.protocol import ClientEvent, ProtocolError, event
+from s2s.server.response_plan import plan_response, typed_turn_text
 from s2s.server.responses import ResponseQueue, State
 from s2s.server.session_settings import SessionSettings, StageRules
 from s2s.server.session_update import parse_response_create, parse_session_update
@@ -77,7 +78,8 @@ class Session:
         self.transcription = (str(stt.kwargs.get("model", stt.target)), stt.kwargs.get("language"))
         self.recorder = Recorder(output_dir, last_stage=roles.sink.group, content=limits.log_transcripts,
                                  run_info={"session": session_id, "stages": {s.group: s.target for s in specs}})
-        self.rules = StageRules(cfg, self.vad_spec, self.tts_spec, pipeline.llm, lambda: self.graph is not None)
+        self.rules = StageRules(cfg, self.vad_spec, self.tts_spec, pipeline.llm, lambda: self.graph is not None,
+                                roles.stt)
         self.settings = SessionSettings(instructions=pipeline.defaults.get("system_prompt"),
                                         voice=self.rules.configured("voice"), vad_defaults=self.vad_spec.kwargs,
                                         speed=self.rules.configured("speed"), visemes=limits.visemes)
@@ -86,8 +88,9 @@ class Session:
         self.chat = pipeline.lend(log_content=limits.log_transcripts)  # this session's conversation
         self.tools = ToolBridge(pipeline.llm, self.chat, self.outbox.put)
         self.responses = ResponseQueue()
+        self.idle = IdleTimer(self.loop, lambda: self.settings.turn_detection, self._prompt_idle_user)
         self.translator = Translator(session_id, self.responses, self.tools, self.recorder, self.chat,
-                                     lambda: self.settings, lambda: self._input_samples)
+                                     lambda: self.settings, lambda: self._input_samples, self.idle)
         self.turns = TurnCounter()
         self.graph: Graph | None = None
         self._graph_thread: threading.Thread | None = None
@@ -161,7 +164,7 @@ class Session:
         old, self.settings = self.settings, new
         if update.instructions is not None:
             self.chat.system_prompt = new.instructions  # read at the next turn
-        self.chat.spoken = not new.text_only
+        self.chat.spoken, self.chat.max_tokens = not new.text_only, new.max_output_tokens
         if new.input_rate != old.input_rate:
             self._resampler = None
         if old.turn_detection.manual and not new.turn_detection.manual:
@@ -214,7 +217,7 @@ class Session:
         turn = self.turns.next()
         self.outbox.put(Committed(turn))
         segment = SpeechSegment(samples, PIPELINE_RATE, turn, end_s - len(samples) / PIPELINE_RATE, end_s,
-                                speech_end_s=end_s, closed_s=end_s)
+                                speech_end_s=end_s, closed_s=end_s, language=self.settings.transcription_language)
         self.graph.inject(self.stt_group, segment)  # as if the VAD had ended the turn
 
     async def _clear(self, client_event: ClientEvent) -> None:
@@ -246,7 +249,7 @@ class Session:
         self.outbox.put(ItemAdded({**shown, "id": item.item_id}))
 
     async def _response_create(self, client_event: ClientEvent) -> None:
-        request = parse_response_create(client_event)
+        request = parse_response_create(client_event, self.limits)
         eid = client_event.event_id
         if self.responses.busy:
             raise ProtocolError("conversation_already_has_active_response", "a response is in progress; wait "
@@ -255,7 +258,7 @@ class Session:
         if not items:
             raise ProtocolError("invalid_request", "nothing to respond to: add a conversation item "
                                 "(input_text or function_call_output) first, or speak", None, eid)
-        plan = self._plan(request, eid)
+        plan = plan_response(request, self.settings, self.rules, self.pipeline.llm, self.tools, eid)
         await self.ensure_graph()
         outputs = [item for item in items
                    if item.kind == "function_call_output" and self.tools.waiting(item.call_id or "")]
@@ -263,7 +266,7 @@ class Session:
             self._pending = [item for item in self._pending if item not in outputs]
             self.outbox.put(ToolOutputs(tuple((item.call_id or "", item.text) for item in outputs)))
             return
-        text = self._typed_turn_text(items)
+        text = typed_turn_text(items, self.tools)
         turn = self.turns.next()
         if request.input is None:
             self._pending = []
@@ -275,37 +278,6 @@ class Session:
         assert self.graph is not None
         self.graph.inject(self.roles.llm.group, Transcript(text, turn))
 
-    def _plan(self, request: protocol.ResponseRequest, eid: str | None) -> dict[str, Any] | None:
-        """What this response changes for its turn alone: its instructions, its tools, staying out of the history."""
-        if request.instructions is None and request.tools is None and request.tool_choice is None \
-                and not request.out_of_band and request.text_only is None:
-            return None
-        if not isinstance(self.pipeline.llm, LLMStage):
-            raise ProtocolError("invalid_value", f"llm {type(self.pipeline.llm).__name__} takes no per-response "
-                                "instructions or tools", "response", eid)
-        toolbox: Any = KEEP
-        if request.tools is not None or request.tool_choice is not None:
-            tools = self.settings.tools if request.tools is None else request.tools
-            if problem := self.tools.problem(tools):
-                raise ProtocolError("tools_not_supported", problem, "response.tools", eid)
-            choice = request.tool_choice or "auto"
-            if isinstance(choice, dict) and choice["name"] not in [tool["name"] for tool in tools]:
-                raise ProtocolError("invalid_value", f"tool_choice names '{choice['name']}', which is not one of "
-                                    f"the tools", "response.tool_choice.name", eid)
-            toolbox = self.tools.toolbox(tools, choice)
-        return {"instructions": KEEP if request.instructions is None else request.instructions, "toolbox": toolbox,
-                "remember": not request.out_of_band,
-                "spoken": KEEP if request.text_only is None else not request.text_only}
-
-    def _typed_turn_text(self, items: list[protocol.Item]) -> str:
-        """The user text of a typed turn: the input_text items, and each function output named by its call."""
-        parts = []
-        for item in items:
-            call = self.tools.call(item.call_id or "") if item.kind == "function_call_output" else None
-            parts.append(item.text if call is None else
-                         f"The result of {call.name}({call.arguments}) is: {item.text}")
-        return "\n".join(parts)
-
     async def _response_cancel(self, client_event: ClientEvent) -> None:
         protocol.check_bare(client_event)
         current = self.responses.active
@@ -316,6 +288,14 @@ class Session:
         self.graph.cancel_turns_below(current.turn + 1)
         self.tools.release()
         self.outbox.put(CancelReply(current.turn, "client_cancelled"))
+
+    def _prompt_idle_user(self, timeout_s: float) -> None:
+        """``idle_timeout_ms`` ran out after a reply: the silence becomes a user turn, and a response prompts them."""
+        if self.status != "active" or self.graph is None or self.responses.busy:
+            return
+        turn = self.turns.next()
+        self.outbox.put(UserIdle(turn, self._input_samples / PIPELINE_RATE, timeout_s))
+        self.graph.inject(self.roles.llm.group, Transcript(IDLE_NOTE.format(seconds=timeout_s), turn))
 
     # ------------------------------------------------------------------ the graph
     def _build_vad(self, overrides: dict[str, Any]) -> Any:
@@ -341,7 +321,8 @@ class Session:
             self._own_tts.setup()
             stages = [(name, self._own_tts if name == self.tts_spec.group else stage) for name, stage in stages]
         self._source = SocketSource(PIPELINE_RATE)
-        self._vad = SessionVAD(self._build_vad(self.settings.vad_overrides), self.turns)
+        self._vad = SessionVAD(self._build_vad(self.settings.vad_overrides), self.turns,
+                               lambda: self.settings.transcription_language)
         stt = dict(self.pipeline.stages).get(self.stt_group)
         if self.limits.partial_transcripts_s is not None and isinstance(stt, STTStage):
             self._vad.enable_partials(stt, self.limits.partial_transcripts_s,
@@ -367,7 +348,7 @@ class Session:
 
     def close(self, status: str) -> None:
         """Stop the graph, free what is the session's own, record the end (blocking: run it in an executor)."""
-        self.status = status
+        self.status = status  # an idle prompt still due finds the session over
         self.tools.close()
         if self.graph is not None:
             self.graph.stop()

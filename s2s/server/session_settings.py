@@ -8,6 +8,7 @@ configured VAD for turn detection, the LLM for instructions and tools).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -37,6 +38,8 @@ class Rules(Protocol):
 
     def tools_problem(self, tools: list[dict[str, Any]]) -> str | None: ...
 
+    def language_problem(self, language: str) -> str | None: ...
+
 
 class StageRules:
     """:class:`Rules` from the composed config: a stage's own validation judges a client's value.
@@ -47,12 +50,13 @@ class StageRules:
         tts_spec: the configured TTS (the voice is its key).
         llm: the session's pooled LLM stage.
         voice_locked: whether the session's graph (and so its TTS) has been built.
+        stt_spec: the configured STT (the transcription language is its ``language`` key), if there is one.
     """
 
     def __init__(self, cfg: Any, vad_spec: StageSpec, tts_spec: StageSpec, llm: Any,
-                 voice_locked: Callable[[], bool]) -> None:
+                 voice_locked: Callable[[], bool], stt_spec: StageSpec | None = None) -> None:
         self.cfg, self.vad_spec, self.tts_spec, self.llm = cfg, vad_spec, tts_spec, llm
-        self.voice_locked = voice_locked
+        self.voice_locked, self.stt_spec = voice_locked, stt_spec
 
     def _problem(self, spec: StageSpec, overrides: dict[str, Any]) -> str | None:
         errors = override_errors(self.cfg, spec, overrides)
@@ -74,6 +78,19 @@ class StageRules:
         if (key := self._tts_key("speed")) is None:
             return f"tts={self.tts_spec.target.rsplit('.', 1)[-1]} has no speaking rate setting; only 1.0 applies"
         return self._problem(self.tts_spec, {key: speed})
+
+    def response_voice_problem(self, voice: str) -> str | None:
+        """Why the TTS cannot say one response in ``voice`` (its voice changes in place, or not at all)."""
+        if (key := self._tts_key("voice")) is not None and key not in self.tts_spec.cls.runtime_keys:
+            return (f"tts={self.tts_spec.target.rsplit('.', 1)[-1]} loads its voice with its model: set it with "
+                    f"session.update before the first audio, not per response")
+        return self.voice_problem(voice)
+
+    def language_problem(self, language: str) -> str | None:
+        spec = self.stt_spec
+        if spec is None or "language" not in inspect.signature(spec.cls).parameters:
+            return f"{spec.group if spec else 'the STT'} takes no language; it transcribes in its own"
+        return self._problem(spec, {"language": language})
 
     def builtin_voice(self, voice: str, current: str | None) -> bool:
         """``voice`` is one of the Realtime API's own voices (an SDK default, e.g. 'ash') that this TTS lacks.
@@ -118,7 +135,10 @@ class SessionSettings:
         tool_choice: auto, none, or ``{"type": "function", "name": ...}``.
         speed: the speaking rate (the TTS's ``speed_key``; 1.0 where it has none).
         transcription: whether the client hears transcripts of its speech (off: ``transcription`` null).
+        text_only: output_modalities ["text"]: replies in text, not said aloud.
         visemes: whether replies carry ``speech_to_speech.output_audio.visemes`` events (from a response's start).
+        transcription_language: the language its speech is transcribed in (None: the STT's own).
+        max_output_tokens: every reply's token cap (None: "inf", the LLM's own ``max_new_tokens``).
     """
 
     instructions: str | None
@@ -131,8 +151,10 @@ class SessionSettings:
     tool_choice: str | dict[str, Any] = "auto"
     speed: float = 1.0
     transcription: bool = True
-    text_only: bool = False  # output_modalities ["text"]: replies in text, not said aloud
+    text_only: bool = False
     visemes: bool = False
+    transcription_language: str | None = None
+    max_output_tokens: int | None = None
 
     @property
     def vad_overrides(self) -> dict[str, Any]:
@@ -169,6 +191,9 @@ class SessionSettings:
             raise ProtocolError("invalid_value", problem, "session.audio.input.turn_detection", event_id)
         if update.tools is not None and (problem := rules.tools_problem(update.tools)):
             raise ProtocolError("tools_not_supported", problem, "session.tools", event_id)
+        language = update.transcription_language
+        if language is not None and (problem := rules.language_problem(language)):
+            raise ProtocolError("invalid_value", problem, "session.audio.input.transcription.language", event_id)
         tools = self.tools if update.tools is None else update.tools
         choice = update.tool_choice
         if isinstance(choice, dict) and choice["name"] not in [tool["name"] for tool in tools]:
@@ -177,7 +202,12 @@ class SessionSettings:
         named = {key: getattr(update, key) for key in ("instructions", "voice", "input_rate", "output_rate",
                                                          "turn_detection", "tools", "tool_choice", "speed",
                                                          "transcription", "text_only", "visemes")}
-        return dataclasses.replace(self, **{key: value for key, value in named.items() if value is not None})
+        named = {key: value for key, value in named.items() if value is not None}
+        if update.transcription is not None:  # the transcription object replaces the last one, language included
+            named["transcription_language"] = language
+        if update.max_output_tokens is not None:
+            named["max_output_tokens"] = None if update.max_output_tokens == "inf" else update.max_output_tokens
+        return dataclasses.replace(self, **named)
 
     def view(self, session_id: str, model: str, transcription_model: str,
              transcription_language: str | None = None) -> dict[str, Any]:
@@ -190,12 +220,13 @@ class SessionSettings:
             session_id: the session's id.
             model: what the client named in ``?model=``.
             transcription_model: the configured STT's model, which serves any transcription model named.
-            transcription_language: the configured STT's language (None: detected per turn).
+            transcription_language: the configured STT's language (None: detected per turn), unless the session
+                has its own.
         """
         detection = self.turn_detection
         vad = {**self.vad_defaults, **self.vad_overrides}
-        transcription = {"model": transcription_model, **({"language": transcription_language}
-                                                           if transcription_language else {})}
+        language = self.transcription_language or transcription_language
+        transcription = {"model": transcription_model, **({"language": language} if language else {})}
         shown: dict[str, Any] | None
         if detection.manual:
             shown = None
@@ -211,7 +242,7 @@ class SessionSettings:
             "type": "realtime", "object": "realtime.session", "id": session_id, "model": model,
             "output_modalities": ["text" if self.text_only else "audio"], "instructions": self.instructions or "",
             "tools": self.tools, "tool_choice": self.tool_choice, "tracing": None, "prompt": None,
-            "max_output_tokens": "inf", "truncation": "auto",
+            "max_output_tokens": self.max_output_tokens or "inf", "truncation": "auto",
             "audio": {
                 "input": {"format": {"type": "audio/pcm", "rate": self.input_rate},
                           "transcription": transcription if self.transcription else None,

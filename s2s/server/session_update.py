@@ -1,8 +1,8 @@
 """``session.update`` and ``response.create``: the Realtime API's settings, checked against an explicit allowlist.
 
 Every key of the API's session schema is either applied (instructions, tools, tool_choice, voice, speed, audio
-formats, turn detection, transcription on or off) or accepted and left alone because nothing in a local
-pipeline serves it (tracing, noise reduction, a stored prompt, ...): the official clients send several of those
+formats, turn detection, transcription on or off and its language, max_output_tokens) or accepted and left alone
+because nothing in a local pipeline serves it (tracing, noise reduction, a stored prompt, ...): the official clients send several of those
 by default, and a refused update would lose its instructions and tools with them. A key outside the schema, or
 a bad value in a known key, is a :class:`~s2s.server.protocol.ProtocolError` naming its ``param``, and nothing of
 that update applies. No client key ever reaches a config path or a ``_target_``.
@@ -22,8 +22,7 @@ from s2s.server.settings import ServerSettings
 SESSION_KEYS = {"type", "model", "instructions", "audio", "tools", "tool_choice", "output_modalities", "tracing",
                 "include", "prompt", "max_output_tokens", "truncation", "parallel_tool_calls", "reasoning"}
 # accepted and left alone: nothing in a local pipeline serves them (what each client sends: the README's Server section)
-ACKNOWLEDGED = ("tracing", "include", "prompt", "max_output_tokens", "truncation", "parallel_tool_calls",
-                "reasoning")
+ACKNOWLEDGED = ("tracing", "include", "prompt", "truncation", "parallel_tool_calls", "reasoning")
 SERVER_VAD_KEYS = {"type", "threshold", "silence_duration_ms", "prefix_padding_ms", "interrupt_response",
                    "create_response", "idle_timeout_ms"}
 SEMANTIC_VAD_KEYS = {"type", "eagerness", "interrupt_response", "create_response", "model_version"}
@@ -90,10 +89,11 @@ def _turn_detection(node: Any, where: str, event_id: str | None) -> TurnDetectio
                          idle_timeout_ms=_ms(node, "idle_timeout_ms", 600000, where, event_id))
 
 
-def _transcription(node: Any, where: str, event_id: str | None) -> bool:
-    """Any model, language or prompt is accepted: the configured STT serves them all. null turns the events off."""
+def _transcription(node: Any, where: str, event_id: str | None) -> tuple[bool, str | None]:
+    """(on, language): the configured STT serves any model, prompt, delay, keywords and languages named; a
+    ``language`` is the session's (the STT judges it; absent: the configured one). null turns the events off."""
     if node is None:
-        return False
+        return False, None
     if not isinstance(node, dict):
         raise _error(f"'{where}' must be an object or null", where, event_id, "invalid_type")
     check_keys(node, TRANSCRIPTION_KEYS, where + ".", event_id)
@@ -103,7 +103,15 @@ def _transcription(node: Any, where: str, event_id: str | None) -> bool:
         values = check_field(node, key, list, where + ".", event_id, required=False) or []
         if not all(isinstance(value, str) for value in values):
             raise _error(f"'{where}.{key}' must be a list of strings", f"{where}.{key}", event_id, "invalid_type")
-    return True
+    return True, node.get("language") or None
+
+
+def max_output_tokens(node: dict[str, Any], where: str, event_id: str | None) -> int | str | None:
+    """``max_output_tokens``: 1-4096, or ``"inf"`` (the LLM's own cap); None when not given."""
+    tokens = check_field(node, "max_output_tokens", (int, str), where, event_id, required=False)
+    if (isinstance(tokens, str) and tokens != "inf") or (isinstance(tokens, int) and not 1 <= tokens <= 4096):
+        raise _error(f"'{where}max_output_tokens' must be 1-4096 or 'inf'", f"{where}max_output_tokens", event_id)
+    return tokens
 
 
 def _noise_reduction(node: Any, where: str, event_id: str | None) -> None:
@@ -156,8 +164,8 @@ def parse_tool_choice(value: Any, where: str, event_id: str | None) -> str | dic
 def _acknowledged(session: dict[str, Any], event_id: str | None) -> dict[str, Any]:
     """The keys that cannot apply, type-checked as the API defines them; their values are only logged."""
     kinds: dict[str, tuple[type, ...]] = {"tracing": (str, dict), "include": (list,), "prompt": (dict,),
-                                          "max_output_tokens": (int, str), "truncation": (str, dict),
-                                          "parallel_tool_calls": (bool,), "reasoning": (dict,)}
+                                          "truncation": (str, dict), "parallel_tool_calls": (bool,),
+                                          "reasoning": (dict,)}
     named = {}
     for key in ACKNOWLEDGED:
         if key in session:
@@ -167,10 +175,16 @@ def _acknowledged(session: dict[str, Any], event_id: str | None) -> dict[str, An
     tracing = session.get("tracing")
     if isinstance(tracing, str) and tracing != "auto":
         raise _error("'session.tracing' must be 'auto', an object or null", "session.tracing", event_id)
-    tokens = session.get("max_output_tokens")
-    if (isinstance(tokens, str) and tokens != "inf") or (isinstance(tokens, int) and not 1 <= tokens <= 4096):
-        raise _error("'session.max_output_tokens' must be 1-4096 or 'inf'", "session.max_output_tokens", event_id)
     return named
+
+
+def _voice(node: dict[str, Any], where: str, eid: str | None) -> str | None:
+    """``voice``: a name, or a custom voice by id (``{"id": "voice_1234"}``); None when not given."""
+    voice = node.get("voice")
+    if isinstance(voice, dict):
+        check_keys(voice, {"id"}, f"{where}voice.", eid)
+        return check_field(voice, "id", str, f"{where}voice.", eid)
+    return None if voice is None else check_field(node, "voice", str, where, eid)
 
 
 def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionUpdate:
@@ -196,6 +210,7 @@ def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionU
     check_field(session, "model", str, "session.", eid, required=False)  # accepted and ignored: the config decides
     update = SessionUpdate(acknowledged=_acknowledged(session, eid))
     update.text_only = text_only(session, "session.", eid)
+    update.max_output_tokens = max_output_tokens(session, "session.", eid)
     update.instructions = check_field(session, "instructions", str, "session.", eid, required=False)
     if update.instructions is not None and len(update.instructions) > limits.max_instructions_chars:
         raise _error(f"'session.instructions' has {len(update.instructions)} characters; at most "
@@ -215,7 +230,8 @@ def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionU
         update.turn_detection = _turn_detection(audio_in["turn_detection"], "session.audio.input.turn_detection",
                                                 eid)
     if "transcription" in audio_in:
-        update.transcription = _transcription(audio_in["transcription"], "session.audio.input.transcription", eid)
+        update.transcription, update.transcription_language = _transcription(
+            audio_in["transcription"], "session.audio.input.transcription", eid)
     if "noise_reduction" in audio_in:
         _noise_reduction(audio_in["noise_reduction"], "session.audio.input.noise_reduction", eid)
         update.acknowledged["session.audio.input.noise_reduction"] = audio_in["noise_reduction"]
@@ -225,13 +241,7 @@ def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionU
     update.visemes = check_field(audio_out, "visemes", bool, "session.audio.output.", eid, required=False)
     if audio_out.get("format") is not None:
         update.output_rate = _rate(audio_out["format"], "session.audio.output.format", limits, eid)
-    voice = audio_out.get("voice")
-    if isinstance(voice, dict):  # a custom voice by id: {"id": "voice_1234"}
-        check_keys(voice, {"id"}, "session.audio.output.voice.", eid)
-        voice = check_field(voice, "id", str, "session.audio.output.voice.", eid)
-    elif voice is not None:
-        voice = check_field(audio_out, "voice", str, "session.audio.output.", eid)
-    update.voice = voice
+    update.voice = _voice(audio_out, "session.audio.output.", eid)
     speed = check_field(audio_out, "speed", (int, float), "session.audio.output.", eid, required=False)
     if speed is not None and not 0.25 <= speed <= 1.5:
         raise _error(f"'session.audio.output.speed' {speed} is out of range; expected 0.25-1.5",
@@ -240,8 +250,9 @@ def parse_session_update(event: ClientEvent, limits: ServerSettings) -> SessionU
     return update
 
 
-# response.create: instructions, tools, tool_choice, conversation, input and metadata apply to that response;
-# max_output_tokens, prompt, parallel_tool_calls, reasoning and audio are accepted and left alone
+# response.create: instructions, tools, tool_choice, conversation, input, metadata, output_modalities,
+# max_output_tokens and audio.output (its voice; its format must be the session's) apply to that response;
+# prompt, parallel_tool_calls and reasoning are accepted and left alone
 def text_only(node: dict[str, Any], where: str, eid: str | None) -> bool | None:
     """``output_modalities``: ``["audio"]`` (spoken, with its transcript) or ``["text"]`` (text only, no audio);
     None when not given."""
@@ -258,7 +269,7 @@ RESPONSE_KEYS = {"output_modalities", "metadata", "instructions", "tool_choice",
                  "max_output_tokens", "prompt", "parallel_tool_calls", "reasoning", "audio"}
 
 
-def parse_response_create(event: ClientEvent) -> ResponseRequest:
+def parse_response_create(event: ClientEvent, limits: ServerSettings) -> ResponseRequest:
     """Check a ``response.create``: what this one response asks for (its instructions, tools, input...)."""
     eid = event.event_id
     check_keys(event.body, {"type", "event_id", "response"}, "", eid)
@@ -272,7 +283,14 @@ def parse_response_create(event: ClientEvent) -> ResponseRequest:
         raise ProtocolError("invalid_value", "'response.conversation' must be 'auto' or 'none'",
                             "response.conversation", eid)
     request.out_of_band = conversation == "none"
-    check_field(body, "audio", dict, "response.", eid, required=False)  # one voice and format per session
+    request.max_output_tokens = max_output_tokens(body, "response.", eid)
+    audio = check_field(body, "audio", dict, "response.", eid, required=False) or {}
+    check_keys(audio, {"output"}, "response.audio.", eid)
+    audio_out = check_field(audio, "output", dict, "response.audio.", eid, required=False) or {}
+    check_keys(audio_out, {"format", "voice"}, "response.audio.output.", eid)
+    if audio_out.get("format") is not None:
+        request.output_rate = _rate(audio_out["format"], "response.audio.output.format", limits, eid)
+    request.voice = _voice(audio_out, "response.audio.output.", eid)
     if body.get("input") is not None:
         items = check_field(body, "input", list, "response.", eid)
         request.input = [parse_item_object(item if isinstance(item, dict) else {"type": None},

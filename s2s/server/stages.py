@@ -58,13 +58,19 @@ class SessionVAD(Stage):
     ``input_audio_buffer.commit`` ends the utterance in progress (the VAD's ``flush``) and ``.clear`` drops it;
     both act before the next input chunk.
 
+    Its speech (segments, and the speech so far) carries the session's transcription language, so the pooled
+    STT transcribes it in that one.
+
     Args:
         vad: the configured VAD stage, built for this session.
         turns: the session's turn sequence.
+        language: the session's transcription language now (None: the STT's own).
     """
 
-    def __init__(self, vad: Stage, turns: TurnCounter) -> None:
+    def __init__(self, vad: Stage, turns: TurnCounter,
+                 language: Callable[[], str | None] = lambda: None) -> None:
         self.vad = vad
+        self.language = language
         self.accepts, self.emits = vad.accepts, vad.emits
         self.takes = vad.takes  # turn=words: the LLM's verdicts come back to the VAD through here
         self._turns = turns
@@ -118,7 +124,7 @@ class SessionVAD(Stage):
             return
         speech = vad.open_speech()  # type: ignore[attr-defined]  # a VAD with ``voicing`` has it
         if speech is not None and self._partials.due(turn, len(speech)):
-            self._partials.start(turn, speech)
+            self._partials.start(turn, speech, self.language())
 
     def request(self, kind: str) -> bool:
         """Commit or clear the utterance in progress before the next chunk; False when none is in progress."""
@@ -150,6 +156,8 @@ class SessionVAD(Stage):
         if turn not in self._numbers:
             self._numbers = {k: v for k, v in self._numbers.items() if k >= turn - 1}  # keep it small
             self._numbers[turn] = self._turns.next()
+        if isinstance(message, (SpeechSegment, SpeechSoFar)) and (language := self.language()) is not None:
+            return dataclasses.replace(message, turn=self._numbers[turn], language=language)
         return dataclasses.replace(message, turn=self._numbers[turn])
 
     def setup(self) -> None:

@@ -21,9 +21,10 @@ from s2s.metrics import Recorder
 from s2s.server import protocol
 from s2s.server.items import Items
 from s2s.server.partials import new_suffix
+from s2s.server.idle import IdleTimer
 from s2s.server.outbox import (CancelReply, Close, Committed, GraphEnded, ItemAdded, ItemAsked, ItemsAnswered,
                                OutboxMessage, ReplyOver, ReplySound, ReplyWords, Send, TokensUsed, ToolCalled,
-                               ToolOutputs, UserHeard, UserPartial, UserStarted, UserStopped)
+                               ToolOutputs, UserHeard, UserIdle, UserNotHeard, UserPartial, UserStarted, UserStopped)
 from s2s.server.protocol import ProtocolError, ResponseRequest, event
 from s2s.server.responses import Finished, Opened, Output, Response, ResponseQueue, State, Step
 from s2s.server.session_settings import SessionSettings
@@ -55,22 +56,25 @@ class Translator:
         chat: the session's conversation (a cancelled reply keeps what was said in its history).
         settings: the session's current settings (output rate, whether speech interrupts a reply).
         input_samples: samples fed to the graph so far, at :data:`PIPELINE_RATE` (the input clock).
+        idle: the session's ``idle_timeout_ms`` timer, told of each reply's audio and end and of the user's speech.
     """
 
     def __init__(self, session_id: str, responses: ResponseQueue, tools: ToolBridge, recorder: Recorder,
                  chat: ChatContext, settings: Callable[[], SessionSettings],
-                 input_samples: Callable[[], int]) -> None:
+                 input_samples: Callable[[], int], idle: IdleTimer | None = None) -> None:
         self.session_id, self.responses, self.tools, self.recorder, self.chat = (session_id, responses, tools,
                                                                                 recorder, chat)
-        self.settings, self.input_samples = settings, input_samples
+        self.settings, self.input_samples, self.idle = settings, input_samples, idle
         self.items = Items(chat)
         self.typed_turns: set[int] = set()  # turns typed by the client: no transcription event for them
+        self.idle_turns: set[int] = set()  # the user's silence after a reply (idle_timeout_ms): heard as nothing
         self.requests: dict[int, ResponseRequest] = {}  # what a client's response.create asked for its turn
         self._committed: set[int] = set()  # manual turns: announced at the client's commit
         self._partial: dict[int, str] = {}  # spoken turns: the transcript deltas sent so far, joined
         self._handlers: dict[type, Callable[[Any], Events]] = {
             Send: lambda message: [message.event], UserStarted: self._user_started,
-            UserStopped: self._user_stopped, UserPartial: self._user_partial, UserHeard: self._user_heard, Committed: self._committed_turn,
+            UserStopped: self._user_stopped, UserPartial: self._user_partial, UserHeard: self._user_heard,
+            UserNotHeard: self._user_not_heard, UserIdle: self._user_idle, Committed: self._committed_turn,
             ReplyWords: lambda message: self._steps(self.responses.output(message.turn, message)),
             ReplySound: lambda message: self._steps(self.responses.output(message.audio.turn, message)),
             ReplyOver: lambda message: self._steps(self.responses.complete(message.turn)),
@@ -99,6 +103,8 @@ class Translator:
         return protocol.user_item_id(self.session_id, turn)
 
     def _user_started(self, message: UserStarted) -> Events:
+        if self.idle is not None:
+            self.idle.cancel()
         out = [event("input_audio_buffer.speech_started", item_id=self._user_item(message.turn),
                      audio_start_ms=self.input_samples() * 1000 // PIPELINE_RATE)]
         if self.settings().turn_detection.interrupt_response:  # the graph's barge_in follows the same setting
@@ -117,8 +123,36 @@ class Translator:
                       item=_user_audio_item(item_id, None, False))]
 
     def _committed_turn(self, message: Committed) -> Events:
+        if self.idle is not None:
+            self.idle.cancel()
         self._committed.add(message.turn)
         return self._announce_user_item(message.turn)
+
+    def _user_idle(self, message: UserIdle) -> Events:
+        """``input_audio_buffer.timeout_triggered`` with the silent span, then that silence as a user item."""
+        self.idle_turns.add(message.turn)
+        end_ms = int(message.end_s * 1000)
+        return [event("input_audio_buffer.timeout_triggered", item_id=self._user_item(message.turn),
+                      audio_start_ms=max(0, end_ms - round(message.timeout_s * 1000)), audio_end_ms=end_ms),
+                *self._announce_user_item(message.turn)]
+
+    def _user_not_heard(self, message: UserNotHeard) -> Events:
+        """The STT failed on the turn: ``...input_audio_transcription.failed``; its item is done, untranscribed."""
+        if message.turn in self.typed_turns:
+            return []
+        item_id = self._user_item(message.turn)
+        self._partial.pop(message.turn, None)
+        out = []
+        if self.settings().transcription:
+            out.append(event("conversation.item.input_audio_transcription.failed", item_id=item_id, content_index=0,
+                             error={"type": "transcription_error", "code": "transcription_failed",
+                                    "message": "the speech recognition of this turn failed, so it gets no reply; "
+                                               "the session goes on", "param": None}))
+        if (entry := self.items.get(item_id)) is not None:
+            entry.item.update(_user_audio_item(item_id, None, True))
+            out.append(event("conversation.item.done", previous_item_id=self.items.before(item_id),
+                             item=entry.item))
+        return out
 
     def _user_stopped(self, message: UserStopped) -> Events:
         if message.turn in self._committed:  # a manual turn: the client's commit announced it
@@ -148,15 +182,16 @@ class Translator:
         if message.turn not in self.typed_turns:
             item_id = self._user_item(message.turn)
             shown = self.settings().transcription
+            heard = "" if message.turn in self.idle_turns else message.text  # silence has no words
             if shown:
                 record = self.recorder.turns.get(message.turn)
                 seconds = round(record.user_audio_s or 0.0, 3) if record else 0.0
-                out += [*self._transcript_delta(message.turn, message.text),
+                out += [*self._transcript_delta(message.turn, heard),
                         event("conversation.item.input_audio_transcription.completed", item_id=item_id,
-                              content_index=0, transcript=message.text,
+                              content_index=0, transcript=heard,
                               usage={"type": "duration", "seconds": seconds})]
             self._partial.pop(message.turn, None)
-            item = _user_audio_item(item_id, message.text if shown else None, True)
+            item = _user_audio_item(item_id, heard if shown else None, True)
             if (entry := self.items.get(item_id)) is not None:
                 entry.item.update(item)
                 out.append(event("conversation.item.done", previous_item_id=self.items.before(item_id),
@@ -212,6 +247,10 @@ class Translator:
                 out += self._output(step.response, step.part)
             elif isinstance(step, Finished) and step.announced:
                 out += self._finished(step.response)
+                if self.idle is not None:  # its audio all sent: the user's silence is timed from its end, unless
+                    # the user cut it short by speaking, or it called a tool (the client's output continues it)
+                    response = step.response
+                    self.idle.reply_finished(response.reason != "turn_detected" and not response.calls)
         return out
 
     def _added(self, response: Response, item: dict[str, Any], output_index: int, role: str | None) -> Events:
@@ -232,6 +271,8 @@ class Translator:
         return out
 
     def _opened(self, response: Response) -> Events:
+        if self.idle is not None:
+            self.idle.cancel()
         shown = protocol.response_object(response.id, State.ACTIVE.value, metadata=response.metadata,
                                          out_of_band=response.out_of_band, text_only=response.text_only)
         item = {**protocol.assistant_item(response.item_id, "", True), "status": "in_progress", "content": []}
@@ -278,6 +319,8 @@ class Translator:
         rate = response.resampler.rate_out
         samples = audio.float_to_int16(floats)
         response.audio_s += len(samples) / rate
+        if self.idle is not None:
+            self.idle.reply_audio(len(samples) / rate)
         response.chunk_audio[chunk] = response.chunk_audio.get(chunk, 0.0) + len(samples) / rate
         ids = {"response_id": response.id, "item_id": response.item_id, "output_index": 0, "content_index": 0}
         step = max(1, int(DELTA_S * rate))
