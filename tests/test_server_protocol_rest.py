@@ -194,3 +194,22 @@ def test_idle_timeout_prompts_a_silent_user_after_the_reply_and_speech_holds_it_
         between = events.all[events.all.index(started):events.all.index(answered)]
         assert not [e for e in between if e.type == "input_audio_buffer.timeout_triggered"]
         assert events.until("input_audio_buffer.timeout_triggered", 30).item_id != timeout.item_id  # again
+
+
+def test_over_websocket_a_cancelled_reply_ends_with_response_done_and_no_output_buffer_event(server):
+    """output_audio_buffer.* is WebRTC's (the server plays the audio there); a WebSocket client owns playback."""
+    long = "Please tell me a long story about a small brown dog, a tall green tree and a quiet old house."
+    with connect(server) as connection:
+        events = Events(connection)
+        events.until("session.created", 30)
+        connection.conversation.item.create(item={"type": "message", "role": "user",
+                                                  "content": [{"type": "input_text", "text": long}]})
+        connection.response.create()
+        created = events.until("response.created", 60)
+        events.until("response.output_audio.delta", 60)
+        connection.response.cancel()
+        done = events.until("response.done", 60, lambda e: e.response.id == created.response.id)
+        assert done.response.status == "cancelled"
+        connection.session.update(session={"type": "realtime"})  # whatever was on its way has arrived after this
+        events.until("session.updated", 30)
+        assert not [e for e in events.all if e.type.startswith("output_audio_buffer.")]
