@@ -91,7 +91,8 @@ def test_the_sessions_transcription_language_reaches_the_stt_for_its_turns_only(
         connection.session.update(session={"type": "realtime", "audio": {"input": {"transcription": {
             "model": "gpt-4o-mini-transcribe", "language": "xx"}}}})
         error = events.until("error", 30).error
-        assert error.param == "session.audio.input.transcription.language" and "language=xx is not accepted" in error.message
+        assert error.param == "session.audio.input.transcription.language"
+        assert "language=xx is not accepted" in error.message
         connection.session.update(session={"type": "realtime", "audio": {"input": {"transcription": {
             "model": "gpt-4o-mini-transcribe", "language": "fr"}}}})
         assert events.until("session.updated", 30).session.audio.input.transcription.language == "fr"

@@ -126,7 +126,8 @@ def test_response_create_carries_its_own_instructions_tools_and_conversation():
                        ({"voice": "alloy"}, "response.voice"),  # the beta shape: GA has audio.output.voice
                        ({"max_output_tokens": 5000}, "response.max_output_tokens"),
                        ({"audio": {"output": {"speed": 1.2}}}, "response.audio.output.speed"),
-                       ({"audio": {"output": {"format": {"type": "audio/pcmu"}}}}, "response.audio.output.format.type")):
+                       ({"audio": {"output": {"format": {"type": "audio/pcmu"}}}},
+                        "response.audio.output.format.type")):
         with pytest.raises(ProtocolError) as refused:
             request(bad)
         assert refused.value.param == param
