@@ -193,3 +193,26 @@ def test_piper_maps_the_voice_onto_its_speaker_and_keeps_it_for_openai_voice_nam
     with pytest.raises(ProtocolError) as refused:
         settings.apply(SessionUpdate(speed=1.2), Rules(locked=True))
     assert (refused.value.code, refused.value.param) == ("cannot_update_speed", "session.audio.output.speed")
+
+
+def test_a_clients_silence_is_the_longest_wait_of_a_detector_that_judges_the_pause(tmp_path):
+    """Under the default turn=fused, min_silence_ms ends no turn: silence_duration_ms (and eagerness) set the wait
+    for a pause judged unfinished, turn.max_silence_ms, and session.updated shows it."""
+    cfg = compose_config(["llm=echo", "server=realtime"], tmp_path)
+    specs = {spec.group: spec for spec in validate(cfg)}
+    rules = StageRules(cfg, specs["vad"], specs["tts"], specs["llm"].build(), lambda: False)
+    settings = SessionSettings(instructions=None, voice=None, vad_defaults=specs["vad"].kwargs)
+    assert settings.view("sess_1", "s2s-test", "tiny.en")["audio"]["input"]["turn_detection"][
+        "silence_duration_ms"] == cfg.turn.max_silence_ms  # 1400: what is in effect, not min_silence_ms
+    new = settings.apply(SessionUpdate(turn_detection=TurnDetection(silence_duration_ms=900)), rules)
+    assert new.vad_overrides["turn"] == {**specs["vad"].kwargs["turn"], "max_silence_ms": 900}
+    assert "min_silence_ms" not in new.vad_overrides
+    assert new.view("sess_1", "s2s-test", "tiny.en")["audio"]["input"]["turn_detection"][
+        "silence_duration_ms"] == 900
+    vad = specs["vad"].cls(**{**specs["vad"].kwargs, **new.vad_overrides})  # the session's VAD waits 900 ms
+    assert vad._end_silence == 900 * 16
+    with pytest.raises(ProtocolError, match="max_silence_ms") as refused:  # not above the speculative silence
+        settings.apply(SessionUpdate(turn_detection=TurnDetection(silence_duration_ms=150)), rules)
+    assert refused.value.param == "session.audio.input.turn_detection"
+    eager = settings.apply(SessionUpdate(turn_detection=TurnDetection(kind="semantic_vad", eagerness="low")), rules)
+    assert eager.vad_overrides["turn"]["max_silence_ms"] == 2000

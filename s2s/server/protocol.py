@@ -11,6 +11,7 @@ import binascii
 import json
 import uuid
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -36,17 +37,35 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
 
 
-# semantic_vad's eagerness -> the VAD's min_silence_ms (a silence this long ends the turn); auto keeps the
-# configured value (600 ms in conf/vad/silero.yaml, which the latency benchmark chose)
+# semantic_vad's eagerness -> the silence that ends a turn: under turn=silence the VAD's min_silence_ms; under a
+# detector that judges the pause (turn=fused, words, smart_turn) its longest wait, turn.max_silence_ms, which must
+# outlast a pause inside a sentence. auto (and medium, for a judge) keeps the configured value.
 EAGERNESS_SILENCE_MS: dict[str, int | None] = {"low": 800, "medium": 600, "high": 400, "auto": None}
+EAGERNESS_WAIT_MS: dict[str, int | None] = {"low": 2000, "medium": None, "high": 800, "auto": None}
+
+
+def judges(turn: Mapping[str, Any] | None) -> bool:
+    """The configured ``turn`` judges a pause (its longest wait is ``turn.max_silence_ms``), not ``turn=silence``."""
+    from s2s.vad import turn_detection
+
+    return isinstance(turn_detection.settings(turn), turn_detection.JUDGES)
+
+
+def silence_ms(vad: Mapping[str, Any]) -> int | None:
+    """The silence that ends a turn under the VAD keys ``vad`` (what ``silence_duration_ms`` shows)."""
+    from s2s.vad import turn_detection
+
+    if judges(vad.get("turn")):
+        return turn_detection.settings(vad.get("turn")).max_silence_ms
+    return vad.get("min_silence_ms")
 
 
 @dataclass(frozen=True)
 class TurnDetection:
     """How a user turn ends: the server's VAD (server_vad, semantic_vad) or the client's commit (``kind`` none).
 
-    Each server_vad setting maps onto a VAD constructor key (threshold, min_silence_ms, speech_pad_ms);
-    semantic_vad's ``eagerness`` maps onto min_silence_ms (:data:`EAGERNESS_SILENCE_MS`).
+    Each server_vad setting maps onto a VAD constructor key (threshold, speech_pad_ms, and the silence: see
+    :meth:`vad_overrides`); semantic_vad's ``eagerness`` maps onto that silence.
     """
 
     threshold: float | None = None
@@ -62,12 +81,23 @@ class TurnDetection:
         """No automatic turn end: the client commits the input buffer."""
         return self.kind == "none"
 
-    def vad_overrides(self) -> dict[str, Any]:
+    def vad_overrides(self, turn: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The VAD keys this turn detection changes, given the configured ``turn`` group.
+
+        ``silence_duration_ms`` (or eagerness) is the silence that ends a turn: ``vad.min_silence_ms`` under
+        ``turn=silence``, the judging detector's longest wait (``turn.max_silence_ms``) otherwise.
+        """
+        judged = judges(turn)
         if self.kind == "semantic_vad":
-            silence = EAGERNESS_SILENCE_MS.get(self.eagerness or "auto")
-            return {} if silence is None else {"min_silence_ms": silence}
-        mapping = {"threshold": self.threshold, "min_silence_ms": self.silence_duration_ms,
-                   "speech_pad_ms": self.prefix_padding_ms}
+            silence = (EAGERNESS_WAIT_MS if judged else EAGERNESS_SILENCE_MS).get(self.eagerness or "auto")
+        else:
+            silence = self.silence_duration_ms
+        mapping = {} if self.kind == "semantic_vad" else {"threshold": self.threshold,
+                                                          "speech_pad_ms": self.prefix_padding_ms}
+        if silence is not None and judged:
+            mapping["turn"] = {**(turn or {}), "max_silence_ms": silence}
+        elif silence is not None:
+            mapping["min_silence_ms"] = silence
         return {key: value for key, value in mapping.items() if value is not None}
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from s2s.config import StageSpec
 from s2s.llm.base import LLMStage
 from s2s.server.pipelines import override_errors
-from s2s.server.protocol import DEFAULT_RATE, ProtocolError, SessionUpdate, TurnDetection
+from s2s.server.protocol import DEFAULT_RATE, ProtocolError, SessionUpdate, TurnDetection, silence_ms
 from s2s.server.tools import accepts_client_tools
 
 # the Realtime API's own voice names: SDKs send one by default (openai-agents sends 'ash')
@@ -158,8 +158,8 @@ class SessionSettings:
 
     @property
     def vad_overrides(self) -> dict[str, Any]:
-        """The VAD keys the client changed (threshold, min_silence_ms, speech_pad_ms)."""
-        return self.turn_detection.vad_overrides()
+        """The VAD keys the client changed (threshold, speech_pad_ms, the silence that ends a turn)."""
+        return self.turn_detection.vad_overrides(self.vad_defaults.get("turn"))
 
     def apply(self, update: SessionUpdate, rules: Rules, event_id: str | None = None) -> SessionSettings:
         """The settings after ``update``, every part of it checked first.
@@ -187,7 +187,7 @@ class SessionSettings:
         if update.instructions is not None and (problem := rules.instructions_problem()):
             raise ProtocolError("invalid_value", problem, "session.instructions", event_id)
         if update.turn_detection is not None and (problem := rules.vad_problem(
-                update.turn_detection.vad_overrides())):
+                update.turn_detection.vad_overrides(self.vad_defaults.get("turn")))):
             raise ProtocolError("invalid_value", problem, "session.audio.input.turn_detection", event_id)
         if update.tools is not None and (problem := rules.tools_problem(update.tools)):
             raise ProtocolError("tools_not_supported", problem, "session.tools", event_id)
@@ -235,7 +235,7 @@ class SessionSettings:
                      "interrupt_response": detection.interrupt_response, "create_response": True}
         else:
             shown = {"type": "server_vad", "threshold": vad.get("threshold"),
-                     "silence_duration_ms": vad.get("min_silence_ms"), "prefix_padding_ms": vad.get("speech_pad_ms"),
+                     "silence_duration_ms": silence_ms(vad), "prefix_padding_ms": vad.get("speech_pad_ms"),
                      "idle_timeout_ms": detection.idle_timeout_ms, "interrupt_response": detection.interrupt_response,
                      "create_response": True}
         return {
