@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -56,6 +58,22 @@ def speech_end_s(samples: np.ndarray, rate: int) -> float:
     return (loud[-1] + 1) / rate if len(loud) else 0.0
 
 
+async def send_paced(socket: Any, samples: np.ndarray, rate: int = RATE) -> float:
+    """``samples`` as ``input_audio_buffer.append`` events of CHUNK_S each, at the pace of speech.
+
+    Returns:
+        When the first block went out (``time.monotonic()``): the clock a client's end of speech is on.
+    """
+    step = int(CHUNK_S * rate)
+    start = time.monotonic()
+    for index, offset in enumerate(range(0, len(samples), step)):
+        block = audio.float_to_int16(samples[offset:offset + step]).astype("<i2")
+        await socket.send(json.dumps({"type": "input_audio_buffer.append",
+                                      "audio": base64.b64encode(block.tobytes()).decode()}))
+        await asyncio.sleep(max(0.0, start + (index + 1) * CHUNK_S - time.monotonic()))
+    return start
+
+
 async def _client(url: str, api_key: str | None, speech: np.ndarray, deadline: float, load: Load,
                   reply_timeout_s: float) -> None:
     from websockets.asyncio.client import connect
@@ -87,14 +105,7 @@ async def _client(url: str, api_key: str | None, speech: np.ndarray, deadline: f
         receiver = asyncio.create_task(receive())
         try:
             while time.monotonic() < deadline:
-                samples = np.concatenate([speech, silence])
-                step = int(CHUNK_S * RATE)
-                start = time.monotonic()
-                for index, offset in enumerate(range(0, len(samples), step)):
-                    block = audio.float_to_int16(samples[offset:offset + step]).astype("<i2")
-                    await socket.send(json.dumps({"type": "input_audio_buffer.append",
-                                                  "audio": base64.b64encode(block.tobytes()).decode()}))
-                    await asyncio.sleep(max(0.0, start + (index + 1) * CHUNK_S - time.monotonic()))
+                start = await send_paced(socket, np.concatenate([speech, silence]))
                 spoken_end = start + end_of_speech
                 try:
                     status, audio_at = await asyncio.wait_for(done.get(), reply_timeout_s)
@@ -138,19 +149,32 @@ def report(load: Load, seconds: float, url: str) -> str:
     return "\n".join(lines)
 
 
-def _start_server(sessions: int, overrides: list[str], run_dir: Path) -> tuple[subprocess.Popen, str]:
+def start_server(sessions: int, overrides: list[str], run_dir: Path,
+                 api_key: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``run.py server=realtime`` on 127.0.0.1 and a free port; returns the process and its URL once it listens.
+
+    Args:
+        api_key: the key it requires (``S2S_API_KEY`` of its environment); None: the caller's environment decides.
+    """
     command = [sys.executable, str(ROOT / "run.py"), "server=realtime", "server.host=127.0.0.1", "server.port=0",
                f"server.max_sessions={sessions}", f"hydra.run.dir={run_dir}", *overrides]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, **({"S2S_API_KEY": api_key} if api_key else {})}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
     assert process.stdout is not None
     started = time.monotonic()
+    last: collections.deque[str] = collections.deque(maxlen=20)  # shown if it never listens
     for line in process.stdout:
+        last.append(line)
         if found := re.search(r"listening on (ws://127\.0\.0\.1:\d+/v1/realtime)", line):
+            # its log is in run_dir; the pipe is drained so that a long run never blocks the server's writes
+            threading.Thread(target=collections.deque, args=(process.stdout, 0), daemon=True).start()
             return process, found.group(1)
         if time.monotonic() - started > 600:
             break
     process.kill()
-    raise RuntimeError("the server did not start")
+    process.wait(timeout=10)
+    raise RuntimeError("the server did not start:\n" + "".join(last))
 
 
 def bench_server(args: Any) -> int:
@@ -164,7 +188,7 @@ def bench_server(args: Any) -> int:
     url = args.url
     if url is None:
         run_dir = Path(args.run_dir or f"outputs/bench-server-{time.strftime('%Y%m%d-%H%M%S')}")
-        process, url = _start_server(args.sessions, args.override, run_dir)
+        process, url = start_server(args.sessions, args.override, run_dir)
     try:
         load = asyncio.run(_load(url, args.api_key, args.sessions, args.seconds, speech, args.reply_timeout))
         print(report(load, args.seconds, url))
@@ -173,12 +197,18 @@ def bench_server(args: Any) -> int:
             print(server_side)
     finally:
         if process is not None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop_server(process)
     return 0
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    """SIGTERM, then a kill if it has not stopped within 30 s."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def _server_figures(url: str, api_key: str | None) -> str | None:
