@@ -16,6 +16,10 @@ python -m s2s.bench answers [key=value ...] [--sweep-unsure]: the LLM stage alon
 questions with the key words of a right answer): right, confidently wrong or unsure per question and in all, the
 first-5-words latency, peak memory; --sweep-unsure scores the calibration thresholds from the same run.
 
+python -m s2s.bench bba --data FOLDER [--url ws://...] [--limit N]: Big Bench Audio (spoken reasoning questions in
+the dataset's layout) through a realtime server, ours by default: accuracy and parse rate per category, time to
+first audio and turn time.
+
 python -m s2s.bench startup [--rounds N]: `s2s --cfg job` against a bare @hydra.main app on the same configs,
 interleaved; prints both medians and their ratio.
 
@@ -29,6 +33,8 @@ import sys
 from pathlib import Path
 
 from s2s.bench.answers import bench_answers
+from s2s.bench.bba import add_arguments as add_bba_arguments
+from s2s.bench.bba import bench_bba
 from s2s.bench.latency import bench_latency
 from s2s.bench.recognition import bench_recognition
 from s2s.bench.runner import bench_runner, report
@@ -82,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     turns.add_argument("--verdict-delay-s", type=float, default=None,
                        help="the words' verdict reaches the VAD this long after the speculative segment (default: "
                             "the wall time STT and scoring took here; 0: an instant verdict, the most cut-offs)")
+    bba = commands.add_parser("bba", help="Big Bench Audio through a realtime server (ours by default)")
+    add_bba_arguments(bba)
     startup = commands.add_parser("startup", help="s2s --cfg job against a bare @hydra.main app, paired")
     startup.add_argument("--rounds", type=int, default=10, help="runs of each, interleaved (default 10)")
     args = parser.parse_args(argv)
@@ -104,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return bench_latency([item for item in args.inputs if "=" not in item], overrides, args.trailing_s,
                                  args.versus)
+        except ValueError as error:
+            parser.error(str(error))
+    if args.command == "bba":
+        try:
+            return bench_bba(args)
         except ValueError as error:
             parser.error(str(error))
     if args.command == "server":
