@@ -2,6 +2,7 @@
 command against our real server (the embedded default) on espeak-ng questions in the dataset's layout."""
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -13,7 +14,7 @@ import pytest
 
 from conftest import ROOT
 from s2s import audio
-from s2s.bench.bba import Capture, Settings, _result, load_questions, session_update
+from s2s.bench.bba import Capture, Question, Settings, _result, ask_all, load_questions, session_update
 from s2s.bench.bba_scoring import Result, aggregate, extract_answer, official, summarize, table
 
 # (id, category, official answer, question): one of each category, short enough for espeak and two cores
@@ -139,6 +140,20 @@ def test_a_reply_is_read_from_the_server_events_and_a_split_question_is_an_error
     assert _result(Result(1, "navigate", "Yes"), Capture(), None).error == "no_response"
 
 
+def test_a_question_that_cannot_be_asked_is_an_errored_row_and_the_run_goes_on(tmp_path):
+    pytest.importorskip("websockets")
+    folder = _folder(tmp_path, [{"id": 1, "category": "navigate", "official_answer": "Yes",
+                                 "file_name": "data/a.wav"}])
+    (folder / "data" / "broken.mp3").write_bytes(b"not audio")
+    good = load_questions(folder)[0]
+    broken = Question(2, "web_of_lies", "No", folder / "data" / "broken.mp3")
+    nobody = "ws://127.0.0.1:9/v1/realtime"  # the discard port: nothing listens, the connection is refused
+    results = asyncio.run(ask_all(nobody, None, [broken, good], Settings(connect_timeout_s=5)))
+    assert results[0].error.startswith("audio_load_failed: ") and results[0].extracted is None
+    assert results[1].error.startswith("ConnectionRefusedError") and results[1].reply == ""
+    assert summarize(results)["errors"] == 2
+
+
 def test_a_folder_not_in_the_layout_is_refused_before_a_server_starts(tmp_path):
     result = subprocess.run([sys.executable, "-m", "s2s.bench", "bba", "--data", str(tmp_path)], cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
@@ -171,6 +186,7 @@ def _words(text: str) -> set[str]:
 
 def test_the_command_asks_our_default_server_and_scores_its_real_replies(espeak_set, tmp_path):
     """The embedded default (SmolLM2-135M) cannot be asked for right answers; the scoring of what it said can."""
+    pytest.importorskip("websockets")
     result = subprocess.run([sys.executable, "-m", "s2s.bench", "bba", "--data", str(espeak_set), "--grace", "1"],
                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
                             text=True, timeout=300)

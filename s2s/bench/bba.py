@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ INSTRUCTIONS = (
     "question can be answered yes or no, X is the single word Yes or No; if the question asks how many, X is a "
     "single whole number. Never end without that final sentence. Keep the whole reply under 120 words.")
 FIELDS = ("id", "category", "official_answer", "file_name")
-RETRY_S = 1.0  # between tries while the server's sessions are all in use (the last question's is being freed)
+RETRY_S = 0.5  # between tries while the server's sessions are all in use (the last question's is being freed)
 
 
 @dataclass(frozen=True)
@@ -255,8 +256,13 @@ async def ask_all(url: str, api_key: str | None, questions: list[Question], sett
     """Every question in turn, each printed as it is graded."""
     results = []
     for index, question in enumerate(questions, 1):
-        speech = audio.read_audio(question.path, RATE)
-        result = await ask(url, api_key, question, speech, settings)
+        try:
+            speech = audio.read_audio(question.path, RATE)
+        except Exception as error:  # soundfile's own errors: one unreadable file is one errored row
+            result = Result(question.id, question.category, question.official_answer,
+                            error=f"audio_load_failed: {type(error).__name__}: {error}").grade()
+        else:
+            result = await ask(url, api_key, question, speech, settings)
         results.append(result)
         verdict = "error" if result.error else {True: "right", False: "wrong", None: "unparsed"}[result.correct]
         first = "-" if result.first_audio_s is None else f"{result.first_audio_s:.2f} s"
@@ -269,12 +275,18 @@ async def ask_all(url: str, api_key: str | None, questions: list[Question], sett
 def bench_bba(args: Any) -> int:
     """The command: the questions, a server (started unless ``--url``), the table, and ``bba.json``."""
     from s2s.resolvers import fresh_dir
+    from s2s.stage import MissingExtraError, require
 
     if args.url and args.override:
         raise ValueError("--override applies to the server this command starts; with --url none is started")
     if args.silence_ms < 0 or args.trailing_s < 0 or args.reply_timeout <= 0 or args.grace <= 0:
         raise ValueError("--silence-ms and --trailing-s are at least 0; --reply-timeout and --grace above 0")
     questions = load_questions(args.data, args.limit)  # checked before any server starts
+    try:
+        require("websockets.asyncio.client", backend="python -m s2s.bench bba", extra="server")
+    except MissingExtraError as error:
+        print(error, file=sys.stderr)
+        return 1
     settings = Settings(silence_ms=args.silence_ms, trailing_s=args.trailing_s, reply_timeout_s=args.reply_timeout,
                         grace_s=args.grace)
     output_dir = Path(fresh_dir(time.strftime("outputs/%Y-%m-%d/%H-%M-%S-bba"))).resolve()  # the server runs elsewhere
@@ -289,8 +301,8 @@ def bench_bba(args: Any) -> int:
         if process is not None:
             stop_server(process)
     scores = aggregate(results)
-    print(f"\nBig Bench Audio: {len(results)} questions from {args.data} against {url} "
-          f"({'started here' + (': ' + ' '.join(args.override) if args.override else '') if process else 'given'})")
+    server = f"started here {' '.join(args.override)}".strip() if process else "given"
+    print(f"\nBig Bench Audio: {len(results)} questions from {args.data} against {url} ({server})")
     print(table(scores))
     document = {"data": str(args.data), "url": url, "server_overrides": args.override if process else None,
                 "settings": {**vars(settings), "input_rate": RATE}, "duration_s": time.monotonic() - started,
