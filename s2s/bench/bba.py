@@ -170,23 +170,29 @@ async def _open(url: str, api_key: str | None, settings: Settings) -> Any:
 
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     deadline = time.monotonic() + settings.reply_timeout_s
+
+    async def event(socket: Any) -> dict[str, Any]:
+        return json.loads(await asyncio.wait_for(socket.recv(), settings.connect_timeout_s))
+
     while True:
         socket = await connect(url, additional_headers=headers, max_size=None, open_timeout=settings.connect_timeout_s)
-        first = json.loads(await asyncio.wait_for(socket.recv(), settings.connect_timeout_s))
-        refusal = first.get("error", {}) if first.get("type") == "error" else None
-        if refusal is None:
-            break
-        await socket.close()
-        if "session_limit_reached" not in (refusal.get("code"), refusal.get("type")) or time.monotonic() > deadline:
-            raise RuntimeError(f"refused: {refusal.get('message')}")
-        await asyncio.sleep(RETRY_S)
-    await socket.send(json.dumps(session_update(settings)))
-    while (event := json.loads(await asyncio.wait_for(socket.recv(), settings.connect_timeout_s)))["type"] \
-            != "session.updated":
-        if event["type"] == "error":
+        try:
+            first = await event(socket)
+            if first.get("type") != "error":
+                await socket.send(json.dumps(session_update(settings)))
+                while (answer := await event(socket)).get("type") != "session.updated":
+                    if answer.get("type") == "error":
+                        raise RuntimeError(f"session.update refused: {answer['error'].get('message')}")
+                return socket
+            refusal = first.get("error", {})
+            if "session_limit_reached" not in (refusal.get("code"), refusal.get("type")) \
+                    or time.monotonic() > deadline:
+                raise RuntimeError(f"refused: {refusal.get('message')}")
+        except BaseException:
             await socket.close()
-            raise RuntimeError(f"session.update refused: {event['error'].get('message')}")
-    return socket
+            raise
+        await socket.close()
+        await asyncio.sleep(RETRY_S)
 
 
 async def ask(url: str, api_key: str | None, question: Question, speech: np.ndarray, settings: Settings) -> Result:
