@@ -187,10 +187,16 @@ def _words(text: str) -> set[str]:
 def test_the_command_asks_our_default_server_and_scores_its_real_replies(espeak_set, tmp_path):
     """The embedded default (SmolLM2-135M) cannot be asked for right answers; the scoring of what it said can."""
     pytest.importorskip("websockets")
-    result = subprocess.run([sys.executable, "-m", "s2s.bench", "bba", "--data", str(espeak_set), "--grace", "1"],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                            text=True, timeout=480)  # about 40 s on 2 quiet cores
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    bench = subprocess.Popen([sys.executable, "-m", "s2s.bench", "bba", "--data", str(espeak_set), "--grace", "1"],
+                             cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = bench.communicate(timeout=480)  # about 40 s on 2 quiet cores
+    except subprocess.TimeoutExpired:
+        bench.terminate()  # SIGTERM: the bench stops the server it started
+        stdout, stderr = bench.communicate(timeout=60)
+        pytest.fail("the bench took over 480 s:\n" + stdout[-3000:] + stderr[-3000:])
+    assert bench.returncode == 0, stdout[-3000:] + stderr[-3000:]
     [report] = tmp_path.glob("outputs/*/*-bba/bba.json")
     document = json.loads(report.read_text())
     items = [Result(**item) for item in document["items"]]
@@ -205,5 +211,30 @@ def test_the_command_asks_our_default_server_and_scores_its_real_replies(espeak_
     assert document["scores"] == json.loads(json.dumps(aggregate(items)))
     assert set(document["scores"]["by_category"]) == {category for _, category, *_ in ESPEAK_SET}
     assert document["settings"]["input_rate"] == 24000
-    assert "| all | 4 |" in result.stdout and "end of speech -> first reply audio: p50" in result.stdout
+    assert "| all | 4 |" in stdout and "end of speech -> first reply audio: p50" in stdout
     assert (report.parent / "server" / "s2s.log").is_file()
+
+
+def test_a_bench_ended_by_sigterm_stops_the_server_it_started(tmp_path):
+    """A timeout or a job runner ends a bench with SIGTERM: its server must not outlive it."""
+    import signal
+    import urllib.request
+
+    code = ("import sys, time\nfrom pathlib import Path\nfrom s2s.bench.server import served\n"
+            "with served(None, 1, ['llm=echo'], Path(sys.argv[1])) as url:\n"
+            "    print(url, flush=True)\n    time.sleep(120)\n")
+    bench = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "server")], cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    try:
+        url = bench.stdout.readline().strip()  # the server is listening
+        assert url.startswith("ws://127.0.0.1:"), url
+        health = url.replace("ws://", "http://").replace("/v1/realtime", "/health")
+        with urllib.request.urlopen(health, timeout=10) as response:
+            assert response.status == 200
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    with pytest.raises(OSError):  # nothing listens there any more
+        urllib.request.urlopen(health, timeout=5)

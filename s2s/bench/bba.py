@@ -28,7 +28,7 @@ import numpy as np
 
 from s2s import audio
 from s2s.bench.bba_scoring import CATEGORIES, Result, aggregate, table
-from s2s.bench.server import RATE, send_paced, speech_end_s, start_server, stop_server
+from s2s.bench.server import RATE, send_paced, served, speech_end_s
 from s2s.server.client_log import quote
 
 INSTRUCTIONS = (
@@ -296,21 +296,15 @@ def bench_bba(args: Any) -> int:
     settings = Settings(silence_ms=args.silence_ms, trailing_s=args.trailing_s, reply_timeout_s=args.reply_timeout,
                         grace_s=args.grace)
     output_dir = Path(fresh_dir(time.strftime("outputs/%Y-%m-%d/%H-%M-%S-bba"))).resolve()  # the server runs elsewhere
-    process, url, api_key = None, args.url, args.api_key
-    if url is None:
-        api_key = secrets.token_hex(16)  # this run's own server takes no other client
-        process, url = start_server(1, args.override, output_dir / "server", api_key)
-    started = time.monotonic()
-    try:
+    api_key = args.api_key if args.url else secrets.token_hex(16)  # a started server takes no other client
+    with served(args.url, 1, args.override, output_dir / "server", api_key) as url:
+        started = time.monotonic()
         results = asyncio.run(ask_all(url, api_key, questions, settings))
-    finally:
-        if process is not None:
-            stop_server(process)
     scores = aggregate(results)
-    server = f"started here {' '.join(args.override)}".strip() if process else "given"
+    server = "given" if args.url else f"started here {' '.join(args.override)}".strip()
     print(f"\nBig Bench Audio: {len(results)} questions from {args.data} against {url} ({server})")
     print(table(scores))
-    document = {"data": str(args.data), "url": url, "server_overrides": args.override if process else None,
+    document = {"data": str(args.data), "url": url, "server_overrides": None if args.url else args.override,
                 "settings": {**vars(settings), "input_rate": RATE}, "duration_s": time.monotonic() - started,
                 "scores": scores, "items": [result.to_dict() for result in results]}
     (output_dir / "bba.json").write_text(json.dumps(document, indent=2) + "\n")

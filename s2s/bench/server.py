@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextlib
 import json
 import os
 import re
@@ -20,9 +21,10 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -149,13 +151,42 @@ def report(load: Load, seconds: float, url: str) -> str:
     return "\n".join(lines)
 
 
-def start_server(sessions: int, overrides: list[str], run_dir: Path,
-                 api_key: str | None = None) -> tuple[subprocess.Popen, str]:
-    """``run.py server=realtime`` on 127.0.0.1 and a free port; returns the process and its URL once it listens.
+@contextlib.contextmanager
+def served(url: str | None, sessions: int, overrides: list[str], run_dir: Path,
+           api_key: str | None = None) -> Iterator[str]:
+    """``url`` as given, or (None) our server, started for the block and stopped after it.
+
+    A SIGTERM to the bench stops the server too (it becomes SystemExit, so the block unwinds): a bench ended by
+    a timeout or a job runner would otherwise leave its server running.
 
     Args:
+        url: a running server's; None: start ``run.py server=realtime`` on 127.0.0.1 and a free port.
+        sessions, overrides, run_dir: the started server's ``max_sessions``, config overrides and run folder.
         api_key: the key it requires (``S2S_API_KEY`` of its environment); None: the caller's environment decides.
     """
+    if url is not None:
+        yield url
+        return
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may set a handler
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    process = None
+    try:
+        process, url = _start_server(sessions, overrides, run_dir, api_key)
+        yield url
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        if process is not None:
+            _stop_server(process)
+
+
+def _terminated(signum: int, frame: Any) -> NoReturn:
+    raise SystemExit(128 + signum)
+
+
+def _start_server(sessions: int, overrides: list[str], run_dir: Path,
+                  api_key: str | None) -> tuple[subprocess.Popen, str]:
+    """The process and its URL once it listens; it is killed if it does not, or if the wait is interrupted."""
     command = [sys.executable, str(ROOT / "run.py"), "server=realtime", "server.host=127.0.0.1", "server.port=0",
                f"server.max_sessions={sessions}", f"hydra.run.dir={run_dir}", *overrides]
     env = {**os.environ, **({"S2S_API_KEY": api_key} if api_key else {})}
@@ -163,17 +194,22 @@ def start_server(sessions: int, overrides: list[str], run_dir: Path,
                                text=True)
     assert process.stdout is not None
     started = time.monotonic()
+    url: str | None = None
     last: collections.deque[str] = collections.deque(maxlen=20)  # shown if it never listens
-    for line in process.stdout:
-        last.append(line)
-        if found := re.search(r"listening on (ws://127\.0\.0\.1:\d+/v1/realtime)", line):
-            # its log is in run_dir; the pipe is drained so that a long run never blocks the server's writes
-            threading.Thread(target=collections.deque, args=(process.stdout, 0), daemon=True).start()
-            return process, found.group(1)
-        if time.monotonic() - started > 600:
-            break
-    process.kill()
-    process.wait(timeout=10)
+    try:
+        for line in process.stdout:
+            last.append(line)
+            if found := re.search(r"listening on (ws://127\.0\.0\.1:\d+/v1/realtime)", line):
+                url = found.group(1)
+                # its log is in run_dir; the pipe is drained so that a long run never blocks the server's writes
+                threading.Thread(target=collections.deque, args=(process.stdout, 0), daemon=True).start()
+                return process, url
+            if time.monotonic() - started > 600:
+                break
+    finally:
+        if url is None:
+            process.kill()
+            process.wait(timeout=10)
     raise RuntimeError("the server did not start:\n" + "".join(last))
 
 
@@ -184,24 +220,17 @@ def bench_server(args: Any) -> int:
         raise ValueError(f"--url {args.url}: the load test only targets this machine (127.0.0.1, localhost, ::1)")
     path = args.file or Path(__file__).resolve().parents[1] / "samples" / "question.wav"
     speech = audio.read_audio(path, RATE)
-    process = None
-    url = args.url
-    if url is None:
-        run_dir = Path(args.run_dir or f"outputs/bench-server-{time.strftime('%Y%m%d-%H%M%S')}")
-        process, url = start_server(args.sessions, args.override, run_dir)
-    try:
+    run_dir = Path(args.run_dir or f"outputs/bench-server-{time.strftime('%Y%m%d-%H%M%S')}")
+    with served(args.url, args.sessions, args.override, run_dir) as url:
         load = asyncio.run(_load(url, args.api_key, args.sessions, args.seconds, speech, args.reply_timeout))
         print(report(load, args.seconds, url))
         server_side = _server_figures(url, args.api_key)
         if server_side:
             print(server_side)
-    finally:
-        if process is not None:
-            stop_server(process)
     return 0
 
 
-def stop_server(process: subprocess.Popen) -> None:
+def _stop_server(process: subprocess.Popen) -> None:
     """SIGTERM, then a kill if it has not stopped within 30 s."""
     process.send_signal(signal.SIGTERM)
     try:
