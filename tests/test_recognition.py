@@ -20,6 +20,7 @@ from s2s.stt.faster_whisper import FasterWhisperSTT
 
 pytestmark = pytest.mark.slow
 MIN_WORDS_HEARD = 0.85  # of every word of every sentence in every voice and rate
+MIN_WORDS_HEARD_BASE = 0.80  # stt.model=base, multilingual: 86-87 % measured
 
 
 def words(text: str) -> list[str]:
@@ -62,6 +63,20 @@ def test_default_stt_hears_espeak_voices_and_rates(grid):
     share, heard = heard_share(default_stt(), grid)
     assert share >= MIN_WORDS_HEARD, [pair for pair in heard if set(words(pair[0])) - set(words(pair[1]))]
     assert all(text for _, text in heard)  # every clip gives words
+
+
+def test_packaged_base_hears_espeak_voices_and_rates(grid):
+    """stt.model=base (Whisper base, multilingual, the whisper-base extra) heard 86-87 % of the set's words under
+    CT2_FORCE_CPU_ISA=AVX and GENERIC, float32 and two threads (python -m s2s.bench recognition): less than
+    tiny.en, which is why it is no default; the test holds it to that level with a margin."""
+    from s2s.models import package_file
+    from s2s.stt.faster_whisper import BASE_PARTS
+
+    if any(package_file(package) is None for package in BASE_PARTS):
+        pytest.skip("the whisper-base extra is not installed (pip install 's2s[whisper-base]')")
+    share, heard = heard_share(default_stt(model="base"), grid)
+    assert share >= MIN_WORDS_HEARD_BASE, [pair for pair in heard if set(words(pair[0])) - set(words(pair[1]))]
+    assert sum(1 for _, text in heard if text) >= len(heard) - 2  # words from (nearly) every clip
 
 
 def test_short_window_hears_as_much_as_the_full_one(grid):

