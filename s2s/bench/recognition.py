@@ -91,6 +91,11 @@ def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
     return round(word_error_rate(clip.text, heard) * words), words, seconds, heard
 
 
+def part_wer(found: list[tuple[int, int, float, str]]) -> str:
+    """The word error rate of a part of the set, or "-" when the set has none of it."""
+    return f"{sum(r[0] for r in found) / sum(r[1] for r in found):.3f}" if found else "-"
+
+
 def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int | None = None) -> int:
     variants = {" ".join(overrides) or "as composed": overrides,
                 **{" ".join([*overrides, *extra]): [*overrides, *extra] for extra in versus}}
@@ -103,16 +108,17 @@ def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int 
         for index, clip in enumerate(clips):
             for name in (list(variants) if index % 2 == 0 else list(reversed(variants))):
                 results[name].append(score(stages[name], clip, index))
-    lines = ["| variant | WER | WER, real speech set | errors / words | clips with an error | "
-             "STT s per s of speech, p50 / p90 |", "|---|---|---|---|---|---|"]
+    lines = ["| variant | WER | WER, real speech set | WER, espeak | errors / words | clips with an error | "
+             "STT s per s of speech, p50 / p90 |", "|---|---|---|---|---|---|---|"]
     for name, found in results.items():
         errors, words = sum(r[0] for r in found), sum(r[1] for r in found)
-        real = [r for r, clip in zip(found, clips) if clip.name.startswith("real: ")]
-        real_wer = f"{sum(r[0] for r in real) / sum(r[1] for r in real):.3f}" if real else "-"  # none in the set
+        real_wer, espeak_wer = (part_wer([r for r, clip in zip(found, clips) if clip.name.startswith(prefix)])
+                                for prefix in ("real: ", "espeak "))
         times = [r[2] for r in found]
         wrong = sum(1 for r in found if r[0])
-        lines.append(f"| `{name}` | {errors / words:.3f} | {real_wer} | {errors} / {words} | {wrong} of {len(found)} | "
-                     f"{statistics.median(times):.3f} / {float(np.percentile(times, 90)):.3f} |")
+        lines.append(f"| `{name}` | {errors / words:.3f} | {real_wer} | {espeak_wer} | {errors} / {words} | "
+                     f"{wrong} of {len(found)} | {statistics.median(times):.3f} / "
+                     f"{float(np.percentile(times, 90)):.3f} |")
     for name, found in results.items():
         misheard = [f"  {clip.name}: {clip.text!r} -> {r[3]!r}" for clip, r in zip(clips, found) if r[0]]
         lines += [f"\n{name}: {len(misheard)} clips misheard", *misheard]
