@@ -23,10 +23,9 @@ from s2s.tts import kitten as backend
 from s2s.tts.kitten import KittenTTS
 from spies import spy
 from tests.conftest import CACHE, compose_config
+from onnx_tts import fed, needs_espeak, onnxruntime  # noqa: F401 (onnxruntime: a fixture)
 from tests.fixtures import kitten as tiny
 
-needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                                  reason="espeak-ng is not installed (apt-get install espeak-ng)")
 HERE = machine_context("tts")  # settings changed in place are judged for this machine, as a session's are
 SYMBOLS = {index: symbol for symbol, index in backend.IDS.items()}
 
@@ -37,22 +36,10 @@ def models():
     return {"modern": folder / tiny.MODERN, "legacy": folder / tiny.LEGACY}
 
 
-@pytest.fixture(scope="session")
-def onnxruntime():
-    import onnxruntime
-
-    return onnxruntime
-
-
 def make_stage(path, **options) -> KittenTTS:
     stage = KittenTTS(model=str(path), **options)
     stage.setup()
     return stage
-
-
-def fed(calls) -> list[dict]:
-    """The input feed of each recorded ``InferenceSession.run(output_names, input_feed)``."""
-    return [call.args[2] for call in calls]
 
 
 def spelled(feed: dict) -> str:

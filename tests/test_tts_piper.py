@@ -20,10 +20,9 @@ from s2s.platform import detect
 from s2s.tts.piper import PiperTTS
 from spies import spy
 from tests.conftest import CACHE, compose_config
+from onnx_tts import fed, needs_espeak, onnxruntime  # noqa: F401 (onnxruntime: a fixture)
 from tests.fixtures import piper as tiny
 
-needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None,
-                                  reason="espeak-ng is not installed (apt-get install espeak-ng)")
 
 
 HERE = machine_context("tts")  # settings changed in place are judged for this machine, as a session's are
@@ -34,22 +33,10 @@ def voices():
     return {"single": folder / tiny.SINGLE, "multi": folder / tiny.MULTI}
 
 
-@pytest.fixture(scope="session")
-def onnxruntime():
-    import onnxruntime
-
-    return onnxruntime
-
-
 def make_stage(path, **options) -> PiperTTS:
     stage = PiperTTS(model=str(path), **options)
     stage.setup()
     return stage
-
-
-def fed(calls) -> list[dict]:
-    """The input feed of each recorded ``InferenceSession.run(output_names, input_feed)``."""
-    return [call.args[2] for call in calls]
 
 
 def symbols(stage: PiperTTS, ids) -> str:
