@@ -2,9 +2,11 @@
 
 The local server, each Ray replica and the Ray front (``server.engine=ray``) listen through :func:`listen`, so
 the rules below are stated once: which paths answer without a key, how a key is offered (a Bearer header, or
-from a browser the ``openai-insecure-api-key.<key>`` subprotocol), which pages may connect from a browser, the
-frame cap, and how a full server refuses a session (:func:`refuse`). What ``GET /v1/sessions`` and
-``GET /health`` show comes from a :class:`ReadOuts`: one server's sessions, or every replica's.
+from a browser the ``openai-insecure-api-key.<key>`` subprotocol; a client secret stands for the key), which
+pages may connect from a browser (:func:`refusal`, for WebSocket and WebRTC alike), the frame cap, and how a full
+server refuses a session (:func:`refuse`). What ``GET /v1/sessions`` and ``GET /health`` show comes from a
+:class:`ReadOuts`: one server's sessions, or every replica's. Requests with a body (WebRTC calls) reach an
+:data:`~s2s.server.front.HttpApp` through the front (:mod:`s2s.server.front`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from urllib.parse import urlsplit
 
 from s2s.server import protocol
 from s2s.server.client_log import quote
+from s2s.server.client_secrets import ClientSecrets
+from s2s.server.front import FrontProtocol, HttpApp
 from s2s.server.protocol import ProtocolError, dumps
 from s2s.server.settings import ServerSettings
 
@@ -72,23 +76,20 @@ def _page_response(path: str) -> Any:
     return Response(http.HTTPStatus.OK.value, http.HTTPStatus.OK.phrase, headers, data)
 
 
-def _subprotocol_key(headers: Any) -> str | None:
-    """The key a browser offered as ``openai-insecure-api-key.<key>`` in ``Sec-WebSocket-Protocol``, if any."""
-    for value in headers.get_all("Sec-WebSocket-Protocol"):
-        for offered in value.split(","):
-            if offered.strip().startswith(KEY_SUBPROTOCOL):
-                return offered.strip()[len(KEY_SUBPROTOCOL):]
-    return None
+def presented_keys(headers: Any) -> list[str]:
+    """The keys a client offers: a browser's ``openai-insecure-api-key.<key>`` subprotocol, a Bearer header."""
+    keys = [offered.strip()[len(KEY_SUBPROTOCOL):] for value in headers.get_all("Sec-WebSocket-Protocol")
+            for offered in value.split(",") if offered.strip().startswith(KEY_SUBPROTOCOL)]
+    scheme, _, key = (headers.get("Authorization") or "").partition(" ")
+    return keys + ([key.strip()] if scheme.lower() == "bearer" else [])
 
 
-def _authorized(settings: ServerSettings, header: str | None, subprotocol_key: str | None = None) -> bool:
+def authorized(settings: ServerSettings, keys: list[str]) -> bool:
+    """No key is set, or one of ``keys`` is the server's own."""
     if not settings.api_key:
         return True
     expected = settings.api_key.encode()
-    if subprotocol_key is not None and hmac.compare_digest(subprotocol_key.encode(), expected):
-        return True
-    scheme, _, key = (header or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(key.strip().encode(), expected)
+    return any(hmac.compare_digest(key.encode(), expected) for key in keys)
 
 
 def _select_subprotocol(connection: Any, offered: Any) -> str | None:
@@ -96,33 +97,47 @@ def _select_subprotocol(connection: Any, offered: Any) -> str | None:
     return "realtime" if "realtime" in offered else None
 
 
-async def route(request: Any, settings: ServerSettings, read_outs: ReadOuts) -> Any:
-    """The HTTP answer to a request, or None to go on with the WebSocket handshake of :data:`PATH`.
+def refusal(path: str, headers: Any, settings: ServerSettings,
+            secrets: ClientSecrets | None = None) -> tuple[http.HTTPStatus, dict[str, Any]] | None:
+    """Why a request to ``path`` (not a public one) is refused before anything else, or None: it may go on.
+
+    A browser page of another site (an ``Origin`` that is not this server) is refused even without a key: it
+    could otherwise reach a keyless server on localhost from any tab. Then the API key, when one is set: a Bearer
+    header or, from a browser, the ``openai-insecure-api-key.<key>`` WebSocket subprotocol; a client secret
+    minted by ``POST /v1/realtime/client_secrets`` (``ek_...``) stands for it until it expires or is used.
+    """
+    origin = headers.get("Origin")
+    if origin and urlsplit(origin).netloc != headers.get("Host", ""):  # another site, in a user's browser
+        log.info("refused a connection to %s from a page of %s", quote(path), quote(origin))
+        return http.HTTPStatus.FORBIDDEN, {"error": {
+            "type": "invalid_request_error", "code": "origin_not_allowed",
+            "message": f"a page from {origin} may not use this server: only the server's own page (same origin) "
+                       f"and clients that send no Origin header (SDKs, s2s.client) may"}}
+    keys = presented_keys(headers)
+    if not authorized(settings, keys) and not (secrets is not None and any(map(secrets.valid, keys))):
+        log.info("refused a connection to %s: missing or wrong API key", quote(path))
+        return http.HTTPStatus.UNAUTHORIZED, {"error": {
+            "type": "invalid_request_error", "code": "invalid_api_key",
+            "message": "missing, wrong or expired API key: send 'Authorization: Bearer <server.api_key or a client "
+                       "secret>' (from a browser's WebSocket: the subprotocols 'realtime', "
+                       "'openai-insecure-api-key.<key>')"}}
+    return None
+
+
+async def route(request: Any, settings: ServerSettings, read_outs: ReadOuts,
+                secrets: ClientSecrets | None = None) -> Any:
+    """The HTTP answer to a ``GET``, or None to go on with the WebSocket handshake of :data:`PATH`.
 
     ``/health`` and the browser page (``/``, ``/page/*``: it holds no key, it asks the user for one) answer
-    without a key; every other path needs the API key when one is set, as a Bearer header or, from a browser,
-    as the ``openai-insecure-api-key.<key>`` WebSocket subprotocol. A browser page of another site (an
-    ``Origin`` that is not this server) is refused even without a key: it could otherwise reach a
-    keyless server on localhost from any tab.
+    without a key; every other path goes through :func:`refusal` (origin, key) first.
     """
     path = urlsplit(request.path).path.rstrip("/") or "/"
     if path == "/health":
         return json_response(*read_outs.health())
     if (page := _page_response(path)) is not None:
         return page
-    origin = request.headers.get("Origin")
-    if origin and urlsplit(origin).netloc != request.headers.get("Host", ""):  # another site, in a user's browser
-        log.info("refused a connection to %s from a page of %s", quote(path), quote(origin))
-        return json_response(http.HTTPStatus.FORBIDDEN, {"error": {
-            "type": "invalid_request_error", "code": "origin_not_allowed",
-            "message": f"a page from {origin} may not use this server: only the server's own page (same origin) "
-                       f"and clients that send no Origin header (SDKs, s2s.client) may"}})
-    if not _authorized(settings, request.headers.get("Authorization"), _subprotocol_key(request.headers)):
-        log.info("refused a connection to %s: missing or wrong API key", quote(path))
-        return json_response(http.HTTPStatus.UNAUTHORIZED, {"error": {
-            "type": "invalid_request_error", "code": "invalid_api_key",
-            "message": "missing or wrong API key: send 'Authorization: Bearer <server.api_key>' (from a browser: "
-                       "the WebSocket subprotocols 'realtime', 'openai-insecure-api-key.<server.api_key>')"}})
+    if (refused := refusal(path, request.headers, settings, secrets)) is not None:
+        return json_response(*refused)
     if path == "/v1/sessions":
         return json_response(http.HTTPStatus.OK, await read_outs.sessions())
     if path != PATH:
@@ -136,13 +151,14 @@ async def route(request: Any, settings: ServerSettings, read_outs: ReadOuts) -> 
     return None
 
 
-async def refuse(connection: Any, message: str) -> None:
-    """A session the server cannot hold: one ``session_limit_reached`` error event, then close code 1013."""
+async def refuse(connection: Any, message: str, code: str = "session_limit_reached") -> None:
+    """A session the server cannot hold: one error event, then close code 1013 (full) or 1008 (a used key)."""
     from websockets.exceptions import ConnectionClosed
 
     try:
-        await connection.send(dumps(protocol.error_event(ProtocolError("session_limit_reached", message))))
-        await connection.close(LIMIT_CLOSE, "session limit reached")
+        await connection.send(dumps(protocol.error_event(ProtocolError(code, message))))
+        await connection.close(*((LIMIT_CLOSE, "session limit reached") if code == "session_limit_reached"
+                                 else (1008, code)))
     except ConnectionClosed:
         pass
 
@@ -169,16 +185,39 @@ CLIENT_HANDSHAKE_FILTER = _ClientHandshakeFilter()
 
 
 async def listen(handler: Callable[[Any], Awaitable[None]], settings: ServerSettings, read_outs: ReadOuts,
-                 stop: asyncio.Event, on_listening: Callable[[int], None]) -> None:
+                 stop: asyncio.Event, on_listening: Callable[[int], None], app: HttpApp | None = None,
+                 secrets: ClientSecrets | None = None) -> None:
     """Serve ``handler`` (one call per accepted WebSocket) on ``settings.host:port`` until ``stop`` is set.
 
-    Every request goes through :func:`route` first; ``on_listening`` gets the bound port (``port: 0`` picks one).
+    Every connection goes through the front (:mod:`s2s.server.front`): a ``GET`` goes to ``websockets``, where
+    :func:`route` answers it or lets the WebSocket handshake go on; any other request to ``app`` (None: 405).
+    ``secrets`` are the client secrets that stand for the API key. ``on_listening`` gets the bound port
+    (``port: 0`` picks one).
     """
-    from websockets.asyncio.server import serve
+    from websockets.asyncio.server import Server, ServerConnection
+    from websockets.server import ServerProtocol
 
     logging.getLogger("websockets.server").addFilter(CLIENT_HANDSHAKE_FILTER)  # once: a logger holds a filter once
-    async with serve(handler, settings.host, settings.port, max_size=settings.max_frame_bytes * FRAME_HARD_CAP,
-                     process_request=lambda connection, request: route(request, settings, read_outs),
-                     select_subprotocol=_select_subprotocol, compression=None) as server:
-        on_listening(server.sockets[0].getsockname()[1])
+    server = Server(handler, process_request=lambda connection, request: route(request, settings, read_outs,
+                                                                                secrets))
+
+    def websocket() -> ServerConnection:  # what websockets.serve() makes per connection, with our settings
+        def choose(protocol: ServerProtocol, offered: Any) -> str | None:
+            return _select_subprotocol(connection, offered)
+
+        connection = ServerConnection(ServerProtocol(select_subprotocol=choose,
+                                                     max_size=settings.max_frame_bytes * FRAME_HARD_CAP), server)
+        return connection
+
+    answering: set[asyncio.Task[None]] = set()
+    listening = await asyncio.get_running_loop().create_server(lambda: FrontProtocol(websocket, app, answering),
+                                                               settings.host, settings.port)
+    server.wrap(listening)
+    try:
+        on_listening(listening.sockets[0].getsockname()[1])
         await stop.wait()
+    finally:
+        for task in list(answering):
+            task.cancel()
+        server.close()
+        await server.wait_closed()
