@@ -97,7 +97,8 @@ class Session:
         self._source: SocketSource | None = None
         self._vad: SessionVAD | None = None
         self._own_tts: Any = None  # a TTS built for this session's voice, closed with it
-        self._resampler: Any = None
+        self._resampler: audio.StreamResampler | None = None
+        self.last_input = time.monotonic()  # a client event or input audio: the session is not idle
         self._pending: list[protocol.Item] = []  # conversation items waiting for a response.create
         self._input_samples = 0  # at the pipeline rate: the input stream's clock
         self._buffer: list[np.ndarray] = []  # manual turns: the input since the last commit or clear
@@ -133,6 +134,7 @@ class Session:
     # ------------------------------------------------------------------ inbound
     async def handle(self, frame: str | bytes) -> None:
         """One client frame; a bad one becomes an ``error`` event and the session goes on."""
+        self.last_input = time.monotonic()
         try:
             client_event = protocol.parse_frame(frame, self.limits)
             handler = {"session.update": self._session_update, "input_audio_buffer.append": self._append,
@@ -165,8 +167,6 @@ class Session:
         if update.instructions is not None:
             self.chat.system_prompt = new.instructions  # read at the next turn
         self.chat.spoken, self.chat.max_tokens = not new.text_only, new.max_output_tokens
-        if new.input_rate != old.input_rate:
-            self._resampler = None
         if old.turn_detection.manual and not new.turn_detection.manual:
             self._buffer = []  # the VAD listens from now on; what was held for a commit is dropped
         if update.turn_detection is not None and self.graph is not None:
@@ -178,19 +178,23 @@ class Session:
         self.outbox.put(Send(event("session.updated", session=self.session_object())))
 
     async def _append(self, client_event: ClientEvent) -> None:
-        samples = protocol.decode_audio(client_event)
+        await self.hear(audio.int16_to_float(protocol.decode_audio(client_event)), self.settings.input_rate,
+                        client_event.event_id)
+
+    async def hear(self, floats: np.ndarray, rate: int, event_id: str | None = None) -> None:
+        """The client's input audio (float32 mono at ``rate``): an append's, or a WebRTC call's microphone."""
+        self.last_input = time.monotonic()
         await self.ensure_graph()
-        floats = audio.int16_to_float(samples)
-        if self.settings.input_rate != PIPELINE_RATE:
-            if self._resampler is None:  # appends are short: per-block resampling would click at every edge
-                self._resampler = audio.StreamResampler(self.settings.input_rate, PIPELINE_RATE)
+        if rate != PIPELINE_RATE:
+            if self._resampler is None or self._resampler.rate_in != rate:  # one stream: no click at block edges
+                self._resampler = audio.StreamResampler(rate, PIPELINE_RATE)
             floats = self._resampler.feed(floats)
         self._input_samples += len(floats)
         floats = np.ascontiguousarray(floats, dtype=np.float32)
         if self.settings.turn_detection.manual:  # held until the client commits it as a turn
             if sum(map(len, self._buffer)) + len(floats) > MAX_BUFFER_S * PIPELINE_RATE:
                 raise ProtocolError("input_audio_buffer_full", f"more than {MAX_BUFFER_S:g} s of input audio "
-                                    f"without a commit (turn_detection is null)", None, client_event.event_id)
+                                    f"without a commit (turn_detection is null)", None, event_id)
             self._buffer.append(floats)
             return
         assert self._source is not None
