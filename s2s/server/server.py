@@ -1,9 +1,11 @@
-"""``python run.py server=realtime``: the OpenAI Realtime WebSocket endpoint, HTTP read-outs, limits and keys.
+"""``python run.py server=realtime``: the OpenAI Realtime endpoint (WebSocket, WebRTC), read-outs, limits, keys.
 
 ``ws://HOST:PORT/v1/realtime`` speaks the Realtime protocol (the official ``openai`` SDK connects unchanged with
 ``OpenAI(base_url="http://HOST:PORT/v1", api_key=KEY).realtime.connect(model=...)``). ``GET /v1/sessions``
 shows every session's per-turn figures as JSON; ``GET /health`` answers ``ok``; ``GET /`` is a browser page
-(``s2s/server/page/``) that talks to the same endpoint from the microphone. :class:`SessionServer` is one
+(``s2s/server/page/``) that talks to the same endpoint from the microphone. ``POST /v1/realtime/calls`` takes
+a WebRTC call's SDP offer and ``POST /v1/realtime/client_secrets`` mints a key for one session
+(:mod:`s2s.server.calls`). :class:`SessionServer` is one
 process's sessions over one pool of pipelines: the whole server with ``server.engine=local``, one replica
 with ``server.engine=ray`` (``s2s/server/ray_app.py``).
 """
@@ -28,9 +30,12 @@ from s2s import sharing, tracing
 from s2s.config import StageSpec
 from s2s.graph import StageSetupError
 from s2s.server import protocol
-from s2s.server.handshake import PATH, listen, refuse
+from s2s.server.client_secrets import ClientSecret, ClientSecrets
+from s2s.server.handshake import PATH, authorized, listen, presented_keys, refuse
+from s2s.server.calls import HttpEndpoints
+from s2s.server.links import Link, LinkClosed, WebSocketLink
 from s2s.server.outbox import Close, Send
-from s2s.server.pipelines import Pool
+from s2s.server.pipelines import Pipeline, Pool
 from s2s.server.protocol import ProtocolError, dumps
 from s2s.server.session import Session
 from s2s.server.settings import ServerSettings
@@ -110,13 +115,11 @@ async def _serve(server: SessionServer, stop_when: threading.Event | None,
 
 
 class SessionServer:
-    """One process's sessions: a :class:`Session` per WebSocket connection, each on a pipeline of ``pool``.
+    """One process's sessions: a :class:`Session` per WebSocket connection or WebRTC call, each on a pipeline.
 
-    Each connection borrows a pipeline for its whole life, or is refused with a ``session_limit_reached``
-    error and close code 1013 when all are out. A session runs a reader (one client frame at a time into
-    :meth:`Session.handle`) and a writer task (the outbox into the socket). When the client goes, goes quiet
-    for ``server.idle_timeout_s``, or the server stops, the writer drains, the session closes (in an executor:
-    it joins the graph's threads) and the pipeline goes back to the pool, reset. It is also the
+    Each connection borrows a pipeline of ``pool`` for its whole life, or is refused when all are out (a
+    ``session_limit_reached`` error and close code 1013; a call: 503). :meth:`hold` runs each session over its
+    :class:`~s2s.server.links.Link`, whatever the transport. It is also the
     :class:`~s2s.server.handshake.ReadOuts` of its socket: sessions now and recently ended.
 
     Args:
@@ -134,10 +137,15 @@ class SessionServer:
         self.ended: deque[dict[str, Any]] = deque(maxlen=200)
         self.count = 0
         self.refused = 0
+        self.secrets = ClientSecrets()  # minted by POST /v1/realtime/client_secrets; each opens one session
 
     async def run(self, stop: asyncio.Event, on_listening: Callable[[int], None]) -> None:
         """Listen on ``settings.host:port`` until ``stop`` is set; ``on_listening`` gets the bound port."""
-        await listen(self.handler, self.settings, self, stop, on_listening)
+        endpoints = HttpEndpoints(self)  # WebRTC calls and client secrets
+        try:
+            await listen(self.handler, self.settings, self, stop, on_listening, endpoints, self.secrets)
+        finally:
+            await endpoints.close()
 
     async def sessions(self) -> dict[str, Any]:
         def safe(session: Session) -> dict[str, Any]:
@@ -155,54 +163,67 @@ class SessionServer:
         return http.HTTPStatus.OK, {"status": "ok"}
 
     async def handler(self, connection: Any) -> None:
-        """One client connection, from the session limit check to the pipeline's return to the pool."""
-        from websockets.exceptions import ConnectionClosed, ConnectionClosedOK
-
-        settings, pool = self.settings, self.pool
-        pipeline = pool.acquire()
+        """One WebSocket connection, from the session limit check to the pipeline's return to the pool."""
+        pipeline = self.pool.acquire()
         if pipeline is None:
             self.refused += 1
-            log.info("refused a session: all %d are in use", settings.max_sessions)
-            await refuse(connection, f"all {settings.max_sessions} sessions of this server are in use "
+            log.info("refused a session: all %d are in use", self.settings.max_sessions)
+            await refuse(connection, f"all {self.settings.max_sessions} sessions of this server are in use "
                                      f"(server.max_sessions); try again later")
             return
+        keys = presented_keys(connection.request.headers)
+        secret = self.secrets.take(keys)
+        if secret is None and not authorized(self.settings, keys):  # its client secret opened another session
+            self.pool.give_back(pipeline)
+            await refuse(connection, "this client secret has opened a session already", "invalid_api_key")
+            return
+        query = parse_qs(urlsplit(connection.request.path).query)
+        await self.hold(WebSocketLink(connection), pipeline, query.get("model", ["s2s"])[0], secret)
+
+    async def hold(self, link: Link, pipeline: Pipeline, model: str, secret: ClientSecret | None = None) -> None:
+        """A session over ``link`` on ``pipeline``, until the client goes, it idles or the server stops.
+
+        The session runs a reader (one client frame at a time into :meth:`Session.handle`) and a writer task
+        (the outbox into the link). When it ends, the writer drains, the session closes (in an executor: it joins
+        the graph's threads) and the pipeline goes back to the pool, reset. A client ``secret``'s session config
+        is the session's first update.
+        """
+        settings, pool = self.settings, self.pool
         self.count += 1
         session_id = protocol.new_id("sess")
-        query = parse_qs(urlsplit(connection.request.path).query)
-
-        async def send(server_event: dict[str, Any]) -> None:
-            await connection.send(dumps(server_event))
-
-        session = Session(session_id, self.cfg, self.specs, pipeline, settings, send,
-                          self.sessions_dir / f"{self.count:04d}-{session_id}", model=query.get("model", ["s2s"])[0])
+        session = Session(session_id, self.cfg, self.specs, pipeline, settings, link.send,
+                          self.sessions_dir / f"{self.count:04d}-{session_id}", model=model)
+        link.opened(session)
         tracing.follow(self.cfg, session.recorder, "session", self.specs, {"session.id": session_id})
         self.active[session_id] = session
-        log.info("session %s: connected (pipeline %d, %d/%d in use)", session_id, pipeline.index, pool.in_use,
-                 pool.size)
+        log.info("session %s: connected over %s (pipeline %d, %d/%d in use)", session_id, link.kind,
+                 pipeline.index, pool.in_use, pool.size)
         writer = asyncio.create_task(_write(session))
-        dropper = asyncio.create_task(_drop_when_overflowed(session, connection, writer))
+        dropper = asyncio.create_task(_drop_when_overflowed(session, link, writer))
         session.outbox.put(Send(protocol.event("session.created", session=session.session_object())))
+        if secret is not None and secret.session is not None:
+            await session.handle(dumps({"type": "session.update", "session": secret.session}))
         status = "closed"
         try:
             while True:
                 try:
-                    frame = await asyncio.wait_for(connection.recv(), settings.idle_timeout_s)
+                    frame = await asyncio.wait_for(link.receive(), settings.idle_timeout_s)
                 except TimeoutError:
+                    if time.monotonic() - session.last_input < settings.idle_timeout_s:
+                        continue  # input audio came meanwhile (a WebRTC call's microphone)
                     session.fail(ProtocolError("idle_timeout", f"no event for {settings.idle_timeout_s:g} s "
                                                                f"(server.idle_timeout_s); closing the session"))
                     status = "idle_timeout"
                     break
                 await session.handle(frame)
-        except ConnectionClosedOK:
-            status = "closed"
-        except ConnectionClosed:
-            status = "disconnected"
+        except LinkClosed as closed:
+            status = closed.status
         finally:
             status = "overflow" if session.overflow.is_set() else status
             session.outbox.put(Close())
             try:
                 await asyncio.wait_for(writer, 5.0)
-            except (TimeoutError, ConnectionClosed, asyncio.CancelledError):
+            except (TimeoutError, LinkClosed, asyncio.CancelledError):
                 writer.cancel()
             await asyncio.get_running_loop().run_in_executor(None, session.close, status)
             self.ended.append(session.describe())  # before the pipeline is reset: its history is the session's
@@ -212,28 +233,26 @@ class SessionServer:
             log.info("session %s: %s after %d turn(s), %d response(s) completed, %d cancelled; median "
                      "voice-to-voice %s s", session_id, status, summary["turns"], session.responses_completed,
                      session.responses_cancelled, summary["median"].get("voice_to_voice_s"))
-            if status == "idle_timeout":
-                await connection.close(1000, "idle timeout")
-            elif status == "overflow":
-                await dropper  # its close handshake, bounded by the connection's close_timeout
+            if status == "overflow":
+                await dropper  # its close, bounded by the link's own timeouts
+            else:
+                await link.end(status)
             dropper.cancel()
 
 
 async def _write(session: Session) -> None:
     """The session's writer; a bug while translating one event is logged and the session goes on."""
-    from websockets.exceptions import ConnectionClosed
-
     try:
         await session.writer()
-    except ConnectionClosed:
+    except LinkClosed:
         pass
 
 
-async def _drop_when_overflowed(session: Session, connection: Any, writer: asyncio.Task[None]) -> None:
-    """A client that does not read: once its outbox overflows, an ``error`` and close code 1008 end its session.
+async def _drop_when_overflowed(session: Session, link: Link, writer: asyncio.Task[None]) -> None:
+    """A client that does not read: once its outbox overflows, an ``error`` ends its session.
 
-    The writer (waiting on the full socket) stops; the error is handed to the socket without waiting for the
-    client to take it, and the close ends the reader's loop.
+    The writer (waiting on the full link) stops; the error is handed to the link without waiting for the client
+    to take it, and the link's close ends the reader's loop.
     """
     await session.overflow.wait()
     log.warning("session %s: its client has not read %d events (server.max_queued_events); dropping it",
@@ -241,8 +260,4 @@ async def _drop_when_overflowed(session: Session, connection: Any, writer: async
     writer.cancel()
     error = ProtocolError("client_too_slow", f"over {session.outbox.limit} events wait for this client to read "
                                              f"them (server.max_queued_events); closing the session")
-    try:
-        await asyncio.wait_for(connection.send(dumps(protocol.error_event(error))), 1.0)
-    except Exception:  # TimeoutError (the frame stays queued on the socket), or the client already gone
-        pass
-    await connection.close(1008, "client too slow: events not read")
+    await link.drop(protocol.error_event(error))

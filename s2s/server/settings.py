@@ -5,6 +5,7 @@ be, and the config validator (:func:`s2s.schema.check_kwargs`) reads them, as it
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Annotated, Any
 
@@ -46,6 +47,10 @@ class ServerSettings:
             libraries that many threads (``OMP_NUM_THREADS``) unless ``runner.threads`` says otherwise.
         replica_gpus: with ``engine=ray``, the GPUs each replica reserves (needed for a stage on ``cuda``:
             Ray hides the GPUs from a replica that asks for none).
+        ice_servers: WebRTC calls: the STUN and TURN servers the server gathers its ICE candidates through, each
+            ``{urls, username, credential}`` (a TURN server needs the last two); none: host candidates only
+            (this machine's addresses: enough on one network, not behind a NAT).
+        call_connect_timeout_s: a WebRTC call whose connection is not up this long after its answer is released.
     """
 
     host: str
@@ -65,6 +70,8 @@ class ServerSettings:
     replicas: Annotated[int, Range(1, 64)] = 1
     replica_cpus: Annotated[float, Range(0, 256)] = 1.0
     replica_gpus: Annotated[float, Range(0, 64)] = 0.0
+    ice_servers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    call_connect_timeout_s: Annotated[float, Range(1, 300)] = 20.0
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
@@ -79,6 +86,7 @@ class ServerSettings:
         if kwargs["min_rate"] > kwargs["max_rate"]:
             errors.append(context.error("min_rate", kwargs["min_rate"], f"at most server.max_rate "
                                                                         f"({kwargs['max_rate']})"))
+        errors += _ice_server_errors(kwargs.get("ice_servers") or [], context)
         if kwargs.get("engine", "local") == "local":
             defaults = {field.name: field.default for field in fields(cls) if field.name.startswith("replica")}
             errors += [context.error(key, kwargs[key], f"{default:g} with server.engine=local (replicas need "
@@ -86,6 +94,32 @@ class ServerSettings:
                        for key, default in defaults.items() if key in kwargs and kwargs[key] != default]
         if errors:
             raise ConfigErrors(errors)
+
+
+ICE_SCHEMES = ("stun:", "stuns:", "turn:", "turns:")
+
+
+def _ice_server_errors(servers: list[Any], context: ValidationContext) -> list[ConfigError]:
+    """Each ICE server: ``urls`` (one or a list) of the ICE schemes; a TURN server with its username and
+    credential; no other key."""
+    errors = []
+    for index, server in enumerate(servers):
+        key = f"ice_servers[{index}]"
+        if not isinstance(server, dict) or not set(server) <= {"urls", "username", "credential"} \
+                or "urls" not in server:
+            errors.append(context.error(key, server, "{urls: 'stun:host:port' or a list of them, username, "
+                                                     "credential} (username and credential for TURN only)"))
+            continue
+        urls = [server["urls"]] if isinstance(server["urls"], str) else server["urls"]
+        if not isinstance(urls, list) or not urls or not all(isinstance(url, str) and url.startswith(ICE_SCHEMES)
+                                                             for url in urls):
+            errors.append(context.error(f"{key}.urls", server["urls"], f"one URL or a list of them, each "
+                                                                       f"starting with {', '.join(ICE_SCHEMES)}"))
+        elif any(url.startswith("turn") for url in urls) and not (isinstance(server.get("username"), str)
+                                                                    and isinstance(server.get("credential"), str)):
+            errors.append(context.error(f"{key}.credential", "<hidden>", "a TURN server's username and credential "
+                                                                         "(strings)"))
+    return errors
 
 
 def read_settings(cfg: DictConfig) -> tuple[ServerSettings | None, list[ConfigError]]:

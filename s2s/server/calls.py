@@ -1,0 +1,177 @@
+"""The server's HTTP endpoints with a body, as OpenAI defines them: WebRTC calls and client secrets.
+
+* ``POST /v1/realtime/calls`` (``Content-Type: application/sdp``, the offer as the body; ``?model=`` is
+  echoed): ``201 Created``, the SDP answer, and ``Location: /v1/realtime/calls/<call_id>``; ``DELETE`` on that
+  location (or ``POST .../hangup``, OpenAI's name) hangs up.
+* ``POST /v1/realtime/client_secrets`` (JSON ``{"expires_after": {"anchor": "created_at", "seconds": N},
+  "session": {...}}``, both optional): ``{"value": "ek_...", "expires_at": ..., "session": {...}}``, a key for
+  one session (:mod:`s2s.server.client_secrets`).
+
+Each refusal has its own status: 401 a wrong key, 403 a page of another site (as for the WebSocket), 415 not
+SDP, 400 an SDP that cannot make a call, 503 a full server, 501 no aiortc, 404 no such call.
+"""
+from __future__ import annotations
+
+import asyncio
+import http
+import json
+import logging
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+from s2s.server import protocol
+from s2s.server.client_log import quote
+from s2s.server.client_secrets import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientSecret, ClientSecrets
+from s2s.server.front import HttpAnswer, HttpRequest, error_answer, json_answer
+from s2s.server.handshake import PATH, presented_keys, refusal
+from s2s.server.protocol import ClientEvent, ProtocolError
+from s2s.server.session_update import parse_session_update
+from s2s.server.settings import ServerSettings
+
+log = logging.getLogger("s2s.server")
+CALLS = PATH + "/calls"
+SECRETS = PATH + "/client_secrets"
+Status = http.HTTPStatus
+
+
+class Host(Protocol):
+    """What the endpoints need of the server (:class:`s2s.server.server.SessionServer`)."""
+
+    settings: ServerSettings
+    secrets: ClientSecrets
+    pool: Any
+    refused: int
+
+    async def hold(self, link: Any, pipeline: Any, model: str, secret: ClientSecret | None = None) -> None: ...
+
+
+class HttpEndpoints:
+    """Answers the requests the front (:mod:`s2s.server.front`) does not give to ``websockets``.
+
+    Args:
+        host: the server whose sessions the calls are.
+    """
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.calls: dict[str, Any] = {}  # call id -> Call, while its session lasts
+        self._holding: set[asyncio.Task[None]] = set()
+
+    async def close(self) -> None:
+        """The server stops: every call ends as a WebSocket session does then (its session closes, bounded)."""
+        for call in list(self.calls.values()):
+            call.hang_up("server_stopping")
+        if self._holding:
+            await asyncio.wait(self._holding, timeout=30)
+
+    async def __call__(self, request: HttpRequest) -> HttpAnswer:
+        path = request.path.rstrip("/")
+        call_id = path.removeprefix(CALLS + "/").removesuffix("/hangup") if path.startswith(CALLS + "/") else None
+        if path not in (CALLS, SECRETS) and call_id is None:
+            return error_answer(Status.NOT_FOUND, "not_found", f"no such endpoint {request.method} {path[:200]}; "
+                                f"POST {CALLS} (WebRTC) and POST {SECRETS} take a body here")
+        if (refused := refusal(path, request.headers, self.host.settings, self.host.secrets)) is not None:
+            return json_answer(*refused)
+        allowed = "DELETE, POST" if call_id is not None else "POST"
+        if request.method not in allowed.split(", ") or (request.method == "POST" and call_id is not None
+                                                         and not path.endswith("/hangup")):
+            return error_answer(Status.METHOD_NOT_ALLOWED, "method_not_allowed", f"{path[:200]} takes {allowed}",
+                                (("Allow", allowed),))
+        if call_id is not None:
+            return self._hang_up(call_id)
+        return await (self._call(request) if path == CALLS else self._secret(request))
+
+    def _hang_up(self, call_id: str) -> HttpAnswer:
+        call = self.calls.get(call_id)
+        if call is None:
+            return error_answer(Status.NOT_FOUND, "call_not_found", f"no call {call_id[:80]!r} on this server (it "
+                                                                    "has ended, or never was)")
+        log.info("call %s: hung up by the client", call_id)
+        call.hang_up()
+        return HttpAnswer(Status.NO_CONTENT)
+
+    async def _secret(self, request: HttpRequest) -> HttpAnswer:
+        try:
+            body = json.loads(request.body or b"{}")
+            if not isinstance(body, dict):
+                raise ProtocolError("invalid_request", "the body must be a JSON object")
+            protocol.check_keys(body, {"expires_after", "session"}, "", None)
+            ttl = _ttl(body.get("expires_after"))
+            session = body.get("session")
+            if session is not None:  # checked now, as a session.update: a bad one fails here, not in the call
+                parse_session_update(ClientEvent("session.update", {"type": "session.update", "session": session},
+                                                 None), self.host.settings)
+        except ValueError as error:  # a ProtocolError or bad JSON
+            message = error.message if isinstance(error, ProtocolError) else f"the body is not JSON: {error}"
+            return error_answer(Status.BAD_REQUEST, getattr(error, "code", "invalid_json"), message)
+        secret = self.host.secrets.mint(ttl, session)
+        if secret is None:
+            return error_answer(Status.TOO_MANY_REQUESTS, "too_many_client_secrets", f"{self.host.secrets.max_live} "
+                                "client secrets are unused and unexpired; use some first")
+        return json_answer(Status.OK, {"value": secret.value, "expires_at": secret.expires_at,
+                                       "session": {"type": "realtime", "object": "realtime.session",
+                                                   **(session or {})}})
+
+    async def _call(self, request: HttpRequest) -> HttpAnswer:
+        kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if kind != "application/sdp":
+            return error_answer(Status.UNSUPPORTED_MEDIA_TYPE, "unsupported_content_type", f"a call's offer is "
+                                f"'Content-Type: application/sdp', not {kind[:80]!r}")
+        try:
+            offer = request.body.decode("utf-8")
+        except UnicodeDecodeError:
+            return error_answer(Status.BAD_REQUEST, "invalid_offer", "the SDP offer is not UTF-8 text")
+        try:
+            from s2s.server.webrtc import BadOffer, Call
+        except ImportError as error:
+            return error_answer(Status.NOT_IMPLEMENTED, "webrtc_not_installed", f"WebRTC calls need aiortc "
+                                f"({error}): pip install 's2s[webrtc]'")
+        host = self.host
+        pipeline = host.pool.acquire()
+        if pipeline is None:
+            host.refused += 1
+            log.info("refused a call: all %d sessions are in use", host.settings.max_sessions)
+            return error_answer(Status.SERVICE_UNAVAILABLE, "session_limit_reached", f"all "
+                                f"{host.settings.max_sessions} sessions of this server are in use "
+                                f"(server.max_sessions); try again later", (("Retry-After", "5"),))
+        call = Call(protocol.new_id("rtc"), host.settings)
+        try:
+            answer = await call.answer(offer)
+        except (BadOffer, TimeoutError) as error:
+            host.pool.give_back(pipeline)
+            await call.end("refused")
+            if isinstance(error, TimeoutError):
+                log.warning("call %s: no ICE candidates gathered in time (server.ice_servers)", call.id)
+                return error_answer(Status.SERVICE_UNAVAILABLE, "ice_gathering_timeout", "the server could not "
+                                    "gather its ICE candidates in time (server.ice_servers); try again later")
+            log.info("refused a call: %s", quote(str(error)))
+            return error_answer(Status.BAD_REQUEST, "invalid_offer", str(error))
+        model = parse_qs(request.query).get("model", ["s2s"])[0]
+        secret = host.secrets.take(presented_keys(request.headers))
+        self.calls[call.id] = call
+        task = asyncio.get_running_loop().create_task(self._hold(call, pipeline, model, secret))
+        self._holding.add(task)
+        task.add_done_callback(self._holding.discard)
+        return HttpAnswer(Status.CREATED, answer.encode(), "application/sdp",
+                          (("Location", f"{CALLS}/{call.id}"),))
+
+    async def _hold(self, call: Any, pipeline: Any, model: str, secret: ClientSecret | None) -> None:
+        try:
+            await self.host.hold(call, pipeline, model, secret)
+        finally:
+            self.calls.pop(call.id, None)
+
+
+def _ttl(expires_after: Any) -> int:
+    if expires_after is None:
+        return DEFAULT_TTL_S
+    if not isinstance(expires_after, dict):
+        raise ProtocolError("invalid_type", "'expires_after' must be an object", "expires_after")
+    protocol.check_keys(expires_after, {"anchor", "seconds"}, "expires_after.", None)
+    if expires_after.get("anchor", "created_at") != "created_at":
+        raise ProtocolError("invalid_value", "'expires_after.anchor' must be 'created_at'", "expires_after.anchor")
+    seconds = expires_after.get("seconds", DEFAULT_TTL_S)
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or not MIN_TTL_S <= seconds <= MAX_TTL_S:
+        raise ProtocolError("invalid_value", f"'expires_after.seconds' must be an integer from {MIN_TTL_S} to "
+                            f"{MAX_TTL_S}", "expires_after.seconds")
+    return seconds
