@@ -38,10 +38,27 @@ def test_the_config_group_binds_to_the_signature(tmp_path):
     ("server.visemes=maybe", "server.visemes=maybe: invalid; expected true or false"),
     ("server.replica_cpus=2", "server.replica_cpus=2: invalid; expected 1 with server.engine=local (replicas need "
                               "server.engine=ray)"),
+    ("server.ice_servers=[{urls:'http://stun.example.org'}]", "server.ice_servers[0].urls=http://stun.example.org: "
+                                                             "invalid; expected one URL or a list of them, each "
+                                                             "starting with stun:, stuns:, turn:, turns:"),
+    ("server.ice_servers=[{urls:'turn:turn.example.org:3478'}]", "server.ice_servers[0].credential=<hidden>: "
+                                                                "invalid; expected a TURN server's username"),
+    ("server.ice_servers=[{url:'stun:stun.example.org'}]", "server.ice_servers[0]={'url': 'stun:stun.example.org'}:"
+                                                          " invalid; expected {urls: "),
+    ("server.call_connect_timeout_s=0", "server.call_connect_timeout_s=0: invalid; expected a number from 1 to 300"),
 ])
 def test_a_bad_value_is_one_line_naming_the_key(override, expected, tmp_path):
     settings, [message] = settings_of(override, tmp_path=tmp_path)
     assert settings is None and message.startswith(expected), message
+
+
+def test_ice_servers_for_webrtc_calls_bind_as_aiortc_takes_them(tmp_path):
+    settings, errors = settings_of("server.ice_servers=[{urls:'stun:stun.example.org:3478'},{urls:["
+                                   "'turn:turn.example.org:3478','turns:turn.example.org:5349'],username:u,"
+                                   "credential:p}]", tmp_path=tmp_path)
+    assert errors == [] and settings is not None
+    assert settings.ice_servers[1] == {"urls": ["turn:turn.example.org:3478", "turns:turn.example.org:5349"],
+                                       "username": "u", "credential": "p"}
 
 
 def test_rates_must_be_in_order_and_every_bad_key_is_reported_at_once(tmp_path):
@@ -58,4 +75,4 @@ def test_every_numeric_setting_declares_its_range():
     bases = {name: typing.get_args(hint)[0] if typing.get_origin(hint) is typing.Annotated else hint
              for name, hint in hints.items()}
     numeric = [name for name, base in bases.items() if base in (int, float)]
-    assert len(numeric) == 11 and [name for name in numeric if not constraints(hints[name])] == []
+    assert len(numeric) == 12 and [name for name in numeric if not constraints(hints[name])] == []
