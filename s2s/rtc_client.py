@@ -85,6 +85,7 @@ class RtcCall:
         self.microphone = Microphone()
         self.channel = self.pc.createDataChannel("oai-events")
         self.events: list[dict[str, Any]] = []
+        self.arrived: list[float] = []  # when each event came (monotonic clock)
         self.heard: list[tuple[float, np.ndarray]] = []  # (monotonic time it came, float32 mono at 48 kHz)
         self.location: str | None = None
         self._new = asyncio.Event()
@@ -94,6 +95,7 @@ class RtcCall:
 
     def _on_message(self, message: str | bytes) -> None:
         self.events.append(json.loads(message))
+        self.arrived.append(time.monotonic())
         self._new.set()
 
     async def _listen(self, track: Any) -> None:
@@ -163,9 +165,13 @@ class RtcCall:
         """When the first audible reply frame came after ``when`` (monotonic), or None."""
         return next((at for at, floats in self.heard if at > when and np.abs(floats).max() > AUDIBLE), None)
 
-    def sound_s(self, after: float = 0.0) -> float:
-        """Seconds of audible reply audio heard (frames above :data:`AUDIBLE`) after ``after``."""
-        return sum(len(f) for at, f in self.heard if at > after and np.abs(f).max() > AUDIBLE) / RATE
+    def arrival(self, event: dict[str, Any]) -> float:
+        """When ``event`` (one of :attr:`events`) came."""
+        return self.arrived[next(i for i, e in enumerate(self.events) if e is event)]
+
+    def sound_s(self, after: float = 0.0, before: float = float("inf")) -> float:
+        """Seconds of audible reply audio heard (frames above :data:`AUDIBLE`) between ``after`` and ``before``."""
+        return sum(len(f) for at, f in self.heard if after < at < before and np.abs(f).max() > AUDIBLE) / RATE
 
     async def hang_up(self) -> int:
         """``DELETE`` the call's location; returns the status."""

@@ -1,8 +1,10 @@
 """The server's HTTP endpoints with a body, as OpenAI defines them: WebRTC calls and client secrets.
 
-* ``POST /v1/realtime/calls`` (``Content-Type: application/sdp``, the offer as the body; ``?model=`` is
-  echoed): ``201 Created``, the SDP answer, and ``Location: /v1/realtime/calls/<call_id>``; ``DELETE`` on that
-  location (or ``POST .../hangup``, OpenAI's name) hangs up.
+* ``POST /v1/realtime/calls`` (``Content-Type: application/sdp``, the offer as the body, as browsers and
+  @openai/agents-realtime send it; or the ``openai`` SDK's ``multipart/form-data`` with an ``sdp`` and a
+  ``session`` part; ``?model=`` is echoed): ``201 Created``, the SDP answer, and
+  ``Location: /v1/realtime/calls/<call_id>``; ``DELETE`` on that location (or ``POST .../hangup``, OpenAI's
+  name) hangs up.
 * ``POST /v1/realtime/client_secrets`` (JSON ``{"expires_after": {"anchor": "created_at", "seconds": N},
   "session": {...}}``, both optional): ``{"value": "ek_...", "expires_at": ..., "session": {...}}``, a key for
   one session (:mod:`s2s.server.client_secrets`).
@@ -21,7 +23,7 @@ from urllib.parse import parse_qs
 
 from s2s.server import protocol
 from s2s.server.client_log import quote
-from s2s.server.client_secrets import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientSecret, ClientSecrets
+from s2s.server.client_secrets import DEFAULT_TTL_S, MAX_TTL_S, MIN_TTL_S, ClientSecrets
 from s2s.server.front import HttpAnswer, HttpRequest, error_answer, json_answer
 from s2s.server.handshake import PATH, presented_keys, refusal
 from s2s.server.protocol import ClientEvent, ProtocolError
@@ -42,7 +44,7 @@ class Host(Protocol):
     pool: Any
     refused: int
 
-    async def hold(self, link: Any, pipeline: Any, model: str, secret: ClientSecret | None = None) -> None: ...
+    async def hold(self, link: Any, pipeline: Any, model: str, configs: list[dict[str, Any]]) -> None: ...
 
 
 class HttpEndpoints:
@@ -98,9 +100,8 @@ class HttpEndpoints:
             protocol.check_keys(body, {"expires_after", "session"}, "", None)
             ttl = _ttl(body.get("expires_after"))
             session = body.get("session")
-            if session is not None:  # checked now, as a session.update: a bad one fails here, not in the call
-                parse_session_update(ClientEvent("session.update", {"type": "session.update", "session": session},
-                                                 None), self.host.settings)
+            if session is not None:
+                _check_session(session, self.host.settings)
         except ValueError as error:  # a ProtocolError or bad JSON
             message = error.message if isinstance(error, ProtocolError) else f"the body is not JSON: {error}"
             return error_answer(Status.BAD_REQUEST, getattr(error, "code", "invalid_json"), message)
@@ -112,15 +113,35 @@ class HttpEndpoints:
                                        "session": {"type": "realtime", "object": "realtime.session",
                                                    **(session or {})}})
 
-    async def _call(self, request: HttpRequest) -> HttpAnswer:
+    def _offer(self, request: HttpRequest) -> tuple[str, dict[str, Any] | None]:
+        """The SDP offer, and the ``session`` config a multipart request (the ``openai`` SDK's) brings."""
         kind = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        if kind != "application/sdp":
-            return error_answer(Status.UNSUPPORTED_MEDIA_TYPE, "unsupported_content_type", f"a call's offer is "
-                                f"'Content-Type: application/sdp', not {kind[:80]!r}")
+        if kind == "application/sdp":
+            parts = {"sdp": request.body}
+        elif kind == "multipart/form-data":
+            parts = _form(request.headers["Content-Type"], request.body)
+            if "sdp" not in parts:
+                raise ProtocolError("invalid_offer", "the form has no 'sdp' part (the offer)", "sdp")
+        else:
+            raise _Refused(Status.UNSUPPORTED_MEDIA_TYPE, "unsupported_content_type", f"a call's offer is "
+                           f"'Content-Type: application/sdp' (or a multipart form with 'sdp' and 'session'), not "
+                           f"{kind[:80]!r}")
         try:
-            offer = request.body.decode("utf-8")
-        except UnicodeDecodeError:
-            return error_answer(Status.BAD_REQUEST, "invalid_offer", "the SDP offer is not UTF-8 text")
+            offer = parts["sdp"].decode("utf-8")
+            session = json.loads(parts["session"]) if "session" in parts else None
+        except ValueError as error:
+            raise ProtocolError("invalid_offer", f"the offer or session is not UTF-8 text or JSON: {error}")
+        if session is not None:
+            _check_session(session, self.host.settings)
+        return offer, session
+
+    async def _call(self, request: HttpRequest) -> HttpAnswer:
+        try:
+            offer, session = self._offer(request)
+        except _Refused as refused:
+            return error_answer(refused.status, refused.code, refused.message)
+        except ProtocolError as error:
+            return error_answer(Status.BAD_REQUEST, error.code, error.message)
         try:
             from s2s.server.webrtc import BadOffer, Call
         except ImportError as error:
@@ -146,20 +167,46 @@ class HttpEndpoints:
                                     "gather its ICE candidates in time (server.ice_servers); try again later")
             log.info("refused a call: %s", quote(str(error)))
             return error_answer(Status.BAD_REQUEST, "invalid_offer", str(error))
-        model = parse_qs(request.query).get("model", ["s2s"])[0]
         secret = host.secrets.take(presented_keys(request.headers))
+        configs = [config for config in (secret.session if secret else None, session) if config]
         self.calls[call.id] = call
-        task = asyncio.get_running_loop().create_task(self._hold(call, pipeline, model, secret))
+        task = asyncio.get_running_loop().create_task(
+            self._hold(call, pipeline, parse_qs(request.query).get("model", ["s2s"])[0], configs))
         self._holding.add(task)
         task.add_done_callback(self._holding.discard)
         return HttpAnswer(Status.CREATED, answer.encode(), "application/sdp",
                           (("Location", f"{CALLS}/{call.id}"),))
 
-    async def _hold(self, call: Any, pipeline: Any, model: str, secret: ClientSecret | None) -> None:
+    async def _hold(self, call: Any, pipeline: Any, model: str, configs: list[dict[str, Any]]) -> None:
         try:
-            await self.host.hold(call, pipeline, model, secret)
+            await self.host.hold(call, pipeline, model, configs)
         finally:
             self.calls.pop(call.id, None)
+
+
+class _Refused(Exception):
+    def __init__(self, status: Status, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _check_session(session: Any, settings: ServerSettings) -> None:
+    """A session config that will be a session's first update, checked now: a bad one fails here, not later."""
+    parse_session_update(ClientEvent("session.update", None, {"type": "session.update", "session": session}),
+                         settings)
+
+
+def _form(content_type: str, body: bytes) -> dict[str, bytes]:
+    """The parts of a ``multipart/form-data`` body by name (the stdlib's MIME parser reads it)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n"
+                                                  + body)
+    if not message.is_multipart():
+        raise ProtocolError("invalid_offer", "the multipart form cannot be read (no boundary?)")
+    return {part.get_param("name", header="content-disposition"): part.get_payload(decode=True) or b""
+            for part in message.iter_parts() if part.get_param("name", header="content-disposition")}
 
 
 def _ttl(expires_after: Any) -> int:

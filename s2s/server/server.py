@@ -30,7 +30,7 @@ from s2s import sharing, tracing
 from s2s.config import StageSpec
 from s2s.graph import StageSetupError
 from s2s.server import protocol
-from s2s.server.client_secrets import ClientSecret, ClientSecrets
+from s2s.server.client_secrets import ClientSecrets
 from s2s.server.handshake import PATH, authorized, listen, presented_keys, refuse
 from s2s.server.calls import HttpEndpoints
 from s2s.server.links import Link, LinkClosed, WebSocketLink
@@ -178,15 +178,16 @@ class SessionServer:
             await refuse(connection, "this client secret has opened a session already", "invalid_api_key")
             return
         query = parse_qs(urlsplit(connection.request.path).query)
-        await self.hold(WebSocketLink(connection), pipeline, query.get("model", ["s2s"])[0], secret)
+        await self.hold(WebSocketLink(connection), pipeline, query.get("model", ["s2s"])[0],
+                        [secret.session] if secret is not None and secret.session else [])
 
-    async def hold(self, link: Link, pipeline: Pipeline, model: str, secret: ClientSecret | None = None) -> None:
+    async def hold(self, link: Link, pipeline: Pipeline, model: str, configs: list[dict[str, Any]]) -> None:
         """A session over ``link`` on ``pipeline``, until the client goes, it idles or the server stops.
 
         The session runs a reader (one client frame at a time into :meth:`Session.handle`) and a writer task
         (the outbox into the link). When it ends, the writer drains, the session closes (in an executor: it joins
-        the graph's threads) and the pipeline goes back to the pool, reset. A client ``secret``'s session config
-        is the session's first update.
+        the graph's threads) and the pipeline goes back to the pool, reset. ``configs`` (a client secret's
+        session config, a call's ``session`` part) are the session's first updates, checked when they came.
         """
         settings, pool = self.settings, self.pool
         self.count += 1
@@ -201,8 +202,8 @@ class SessionServer:
         writer = asyncio.create_task(_write(session))
         dropper = asyncio.create_task(_drop_when_overflowed(session, link, writer))
         session.outbox.put(Send(protocol.event("session.created", session=session.session_object())))
-        if secret is not None and secret.session is not None:
-            await session.handle(dumps({"type": "session.update", "session": secret.session}))
+        for config in configs:
+            await session.handle(dumps({"type": "session.update", "session": config}))
         status = "closed"
         try:
             while True:
