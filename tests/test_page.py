@@ -78,13 +78,18 @@ def wait_until_free(server, timeout: float = 30) -> None:
         time.sleep(0.2)
 
 
-def open_page(browser, server, key: str | None = None, size: tuple[int, int] = (1100, 760)):
-    """The page, its Start pressed; with ``key``, as if the user had ticked 'keep it in this tab' earlier."""
+def open_page(browser, server, key: str | None = None, size: tuple[int, int] = (1100, 760),
+              transport: str = "websocket"):
+    """The page, its Start pressed; with ``key``, as if the user had ticked 'keep it in this tab' earlier.
+
+    ``transport``: the page calls over WebRTC by default; ``websocket`` opens it as ``/?transport=websocket``.
+    """
     page = browser.page(*size)
-    page.open(server.http + "/")
+    url = server.http + ("/?transport=websocket" if transport == "websocket" else "/")
+    page.open(url)
     if key is not None:
         page.evaluate(f"sessionStorage.setItem('s2s.apiKey', {json.dumps(key)})")
-        page.open(server.http + "/")
+        page.open(url)
     page.click("#start")
     return page
 
@@ -172,8 +177,49 @@ def test_speaking_over_the_reply_stops_it_at_once(server, chromium, espeak, tmp_
         browser.close()
 
 
-def test_a_wrong_key_says_so_and_asks_again(server, browser):
-    page = open_page(browser, server)
+def test_over_webrtc_a_conversation_shows_both_sides_plays_the_reply_and_times_each_turn(server, browser):
+    pytest.importorskip("aiortc", reason="the server takes WebRTC calls with the webrtc extra (aiortc)")
+    wait_until_free(server)
+    page = open_page(browser, server, key=API_KEY, transport="webrtc")  # the page's default
+    page.wait_for("window.s2sStats.voiceToVoiceMs.length >= 2", 90)
+    page.wait_for("window.s2sStats.state === 'listening'", 30)
+    state = page.state()["stats"]
+    assert state["transport"] == "webrtc" and state["fallback"] is None, state
+    users = [line["text"].lower() for line in state["transcript"] if line["role"] == "user"]
+    replies = [line["text"] for line in state["transcript"] if line["role"] == "assistant"]
+    assert len(users) == len(replies) == 2, state["transcript"]
+    for (_, word), heard, reply in zip(QUESTIONS, users, replies):
+        assert word in heard and reply.startswith("You said:") and word in reply.lower(), (users, replies)
+    assert state["playedSamples"] > 2 * 1.0 * state["rate"]  # the replies' sound came over the track, seconds of it
+    assert state["errors"] == [] and "voice-to-voice" in page.text("#transcript li:nth-child(2) .meta")
+    # the page's figure (its loud microphone chunks to the reply's first loud block, one frame clock) tells the
+    # server's story (its sink, input clock) plus what WebRTC adds: Opus both ways and the jitter buffer
+    _, document = server.get("/v1/sessions")
+    figures = [turn["timings"]["voice_to_voice_s"] for turn in document["sessions"][-1]["turns"]]
+    for ours, theirs in zip(state["voiceToVoiceMs"], figures):
+        assert theirs - 0.15 <= ours / 1000 <= theirs + 1.5, (state["voiceToVoiceMs"], figures)
+
+
+def test_over_webrtc_speaking_over_the_reply_stops_it(server, chromium, espeak, tmp_path):
+    pytest.importorskip("aiortc", reason="the server takes WebRTC calls with the webrtc extra (aiortc)")
+    voice = speech_file(espeak, tmp_path, [(LONG, 3.0), ("Wait, stop there please.", 5.0)])
+    browser = Chromium(chromium, tmp_path / "profile", voice)
+    try:
+        wait_until_free(server)
+        page = open_page(browser, server, key=API_KEY, transport="webrtc")
+        page.wait_for("window.s2sStats.bargeIns >= 1", 90)  # the server cut the reply: output_audio_buffer.cleared
+        page.wait_for("window.s2sStats.transcript.filter(line => line.role === 'user').length >= 2", 60)
+        state = page.state()["stats"]
+        first = next(line for line in state["transcript"] if line["role"] == "assistant")
+        assert first["status"] == "interrupted" and state["transport"] == "webrtc", state["transcript"]
+        assert "interrupted" in page.text(f'#transcript li[data-id="{first["id"]}"] .meta')
+    finally:
+        browser.close()
+
+
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+def test_a_wrong_key_says_so_and_asks_again(server, browser, transport):
+    page = open_page(browser, server, transport=transport)
     enter_key(page, "not-the-key-000")
     page.wait_for("window.s2sStats.message === 'wrong-key'", 30)
     assert "refused this API key" in page.text("#message")
@@ -181,14 +227,15 @@ def test_a_wrong_key_says_so_and_asks_again(server, browser):
     assert page.evaluate("window.s2sStats.state") == "key"
 
 
-def test_a_full_server_says_so(server, browser):
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+def test_a_full_server_says_so(server, browser, transport):
     from websockets.sync.client import connect
 
     wait_until_free(server)
     with connect(server.url, additional_headers={"Authorization": f"Bearer {API_KEY}"},
                  open_timeout=20) as holder:  # holds the only session
         assert json.loads(holder.recv(timeout=20))["type"] == "session.created"
-        page = open_page(browser, server, key=API_KEY)
+        page = open_page(browser, server, key=API_KEY, transport=transport)
         page.wait_for("window.s2sStats.message === 'server-full'", 30)
         assert "server is full" in page.text("#message")
         assert "session_limit_reached" in page.evaluate("window.s2sStats.errors")
@@ -208,10 +255,11 @@ def test_a_refused_microphone_says_so(server, chromium, microphone, tmp_path):
         browser.close()
 
 
-def test_a_dropped_connection_says_so(browser, tmp_path):
+@pytest.mark.parametrize("transport", ["websocket", "webrtc"])
+def test_a_dropped_connection_says_so(browser, tmp_path, transport):
     doomed = RunningServer(tmp_path / "doomed", "llm=echo", "server.max_sessions=1", env={"S2S_API_KEY": API_KEY})
     try:
-        page = open_page(browser, doomed, key=API_KEY)
+        page = open_page(browser, doomed, key=API_KEY, transport=transport)
         page.wait_for("window.s2sStats.state === 'listening'", 30)
         assert doomed.stop() == 0
         page.wait_for("window.s2sStats.message === 'dropped'", 30)

@@ -44,3 +44,25 @@ def test_a_stopping_front_tells_each_relayed_client_to_connect_again(tmp_path):
         assert events[-1]["error"]["code"] == "server_error" and "start a new session" in events[-1]["error"]["message"]
         assert closed.value.rcvd is not None and closed.value.rcvd.code == RESTART_CLOSE
         assert not loop.alive
+
+
+def test_the_front_of_engine_ray_says_it_takes_no_webrtc_calls(tmp_path):
+    """Its clients fall back to the WebSocket on this 501 (the browser page does)."""
+    import urllib.error
+    import urllib.request
+
+    with Server("llm=echo", "server.port=0", f"server.api_key={REPLICA_KEY}", output_dir=tmp_path) as replica:
+        configured, _ = read_settings(replica.cfg)
+    settings = dataclasses.replace(configured, port=0, api_key=CLIENT_KEY)
+    loop = LoopThread("test-front", Relay(settings, 1, REPLICA_KEY).run)
+    port = loop.start()
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/realtime/calls", data=b"v=0\r\n",
+                                         method="POST", headers={"Content-Type": "application/sdp",
+                                                                 "Authorization": f"Bearer {CLIENT_KEY}"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 501
+        assert "server.engine=local" in json.loads(refused.value.read())["error"]["message"]
+    finally:
+        loop.stop()

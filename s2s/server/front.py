@@ -91,7 +91,7 @@ class FrontProtocol(asyncio.Protocol):
 
     Args:
         hand_off: makes the ``websockets`` connection (an asyncio protocol) that takes a ``GET`` over.
-        app: answers every other request; None: they get 405 (a server without HTTP endpoints of its own).
+        app: answers every other request; None: they get 501 (the Ray front, which relays WebSocket sessions only).
         tasks: the set the app's running answers are kept in (the server cancels them when it stops).
     """
 
@@ -184,9 +184,10 @@ class FrontProtocol(asyncio.Protocol):
 
     async def _answer(self, request: HttpRequest) -> None:
         if self._app is None:
-            answer = error_answer(http.HTTPStatus.METHOD_NOT_ALLOWED, "method_not_allowed",
-                                  f"{request.method} is not served here; only GET (WebSocket, read-outs)",
-                                  (("Allow", "GET"),))
+            answer = error_answer(http.HTTPStatus.NOT_IMPLEMENTED, "not_implemented",
+                                  f"{request.method} {request.path[:200]} is not served here: this endpoint takes "
+                                  f"WebSocket sessions and GET read-outs only (WebRTC calls and client secrets "
+                                  f"need server.engine=local)")
         else:
             try:
                 answer = await self._app(request)

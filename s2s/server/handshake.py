@@ -190,7 +190,7 @@ async def listen(handler: Callable[[Any], Awaitable[None]], settings: ServerSett
     """Serve ``handler`` (one call per accepted WebSocket) on ``settings.host:port`` until ``stop`` is set.
 
     Every connection goes through the front (:mod:`s2s.server.front`): a ``GET`` goes to ``websockets``, where
-    :func:`route` answers it or lets the WebSocket handshake go on; any other request to ``app`` (None: 405).
+    :func:`route` answers it or lets the WebSocket handshake go on; any other request to ``app`` (None: 501).
     ``secrets`` are the client secrets that stand for the API key. ``on_listening`` gets the bound port
     (``port: 0`` picks one).
     """

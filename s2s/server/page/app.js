@@ -1,10 +1,14 @@
-// The s2s page: the microphone into the realtime server (/v1/realtime), the reply out of the speakers.
+// The s2s page: the microphone into the realtime server, the reply out of the speakers.
 //
-// No build step: a module script, the worklets in audio-worklet.js, the markup in index.html. One AudioContext
-// at the device's rate both captures and plays; session.update tells the server that rate for both directions,
-// so the server (soxr) does all resampling and the page none. window.s2sStats mirrors what the page shows.
+// No build step: module scripts, the worklets in audio-worklet.js, the markup in index.html. A WebRTC call by
+// default (rtc.js: Opus both ways, the events on a data channel); the WebSocket (/v1/realtime) when the browser or
+// the server has no WebRTC, the call cannot connect, or the URL says ?transport=websocket. Over the WebSocket one
+// AudioContext at the device's rate both captures and plays; session.update tells the server that rate for both
+// directions, so the server (soxr) does all resampling and the page none. window.s2sStats mirrors the page.
+import {CallRefused, openCall, playReply} from "/page/rtc.js";
 
 const PATH = "/v1/realtime";
+const VOICED_RMS = 0.01;     // a microphone chunk or reply block louder than this has sound in it (WebRTC timing)
 const CHUNK_S = 0.05;        // one input_audio_buffer.append per 50 ms of microphone audio
 const KEY_STORE = "s2s.apiKey";
 const KEY_PROTOCOL = "openai-insecure-api-key.";  // how browser clients offer a key: no headers on a WebSocket
@@ -17,7 +21,9 @@ const ui = {start: $("start"), stop: $("stop"), status: $("status"), message: $(
             rate: $("stat-rate")};
 
 const stats = {state: "idle", message: null, rate: 0, sentChunks: 0, sentSamples: 0, receivedSamples: 0,
-               playedSamples: 0, bargeIns: 0, voiceToVoiceMs: [], transcript: [], errors: []};
+               playedSamples: 0, bargeIns: 0, voiceToVoiceMs: [], transcript: [], errors: [],
+               transport: new URLSearchParams(location.search).get("transport") === "websocket"
+                 || !window.RTCPeerConnection ? "websocket" : "webrtc", fallback: null};
 window.s2sStats = stats;
 
 // The key lives in this variable; sessionStorage only when the user ticked the box (it ends with the tab).
@@ -158,9 +164,13 @@ function queued() {
 function onChunk(source, chunk) {
   if (source !== audio) return;
   ui.level.style.width = `${Math.min(100, Math.sqrt(chunk.rms) * 250)}%`;
-  if (!call || !call.ready || call.ws.readyState !== WebSocket.OPEN) return;
+  if (!call || !call.ready || !call.isOpen()) return;
   const length = chunk.pcm.byteLength / 2;
-  call.ws.send(JSON.stringify({type: "input_audio_buffer.append", audio: toBase64(chunk.pcm)}));
+  if (call.kind === "webrtc") {  // the track carries the sound; the chunk only times the end of speech
+    if (chunk.rms > VOICED_RMS) call.lastVoiced = chunk.frame + length;
+  } else {
+    call.transmit(JSON.stringify({type: "input_audio_buffer.append", audio: toBase64(chunk.pcm)}));
+  }
   call.chunks.push({sample: call.sent, frame: chunk.frame, length});
   if (call.chunks.length > MAX_CHUNKS) call.chunks.splice(0, call.chunks.length - MAX_CHUNKS);
   call.sent += length;
@@ -207,6 +217,10 @@ function captureFrame(sample) {
 }
 
 function speechStopped(event) {
+  if (call.kind === "webrtc") {  // the server's input clock is the track's: the page times its own loud chunks
+    call.speechEnd = {itemId: event.item_id, frame: call.lastVoiced};
+    return;
+  }
   const endMs = Math.max(0, event.audio_end_ms - call.padMs);
   call.speechEnd = {itemId: event.item_id, frame: captureFrame(Math.round(endMs * call.rate / 1000))};
 }
@@ -226,6 +240,56 @@ function measure(responseId, playedFrame) {
 
 // ------------------------------------------------------------------ the connection
 function connect() {
+  if (stats.transport === "webrtc") connectRtc();
+  else connectWebSocket();
+}
+
+function fallBack(reason) {
+  stats.transport = "websocket";
+  stats.fallback = reason;
+  console.info(`s2s: ${reason}; talking over the WebSocket instead`);
+  connectWebSocket();
+}
+
+async function connectRtc() {
+  setState("connecting");
+  const mine = {kind: "webrtc", opened: false, ready: false, ended: false, userClosed: false, padMs: 0,
+                rate: audio.ctx.sampleRate, sent: 0, chunks: [], speechEnd: null, current: null, cut: new Set(),
+                lastVoiced: 0, isOpen: () => false, transmit: () => {}, close: () => {}};
+  call = mine;
+  let opened;
+  try {
+    opened = await openCall(audio.stream, apiKey);
+  } catch (error) {
+    if (call !== mine) return;  // stopped meanwhile
+    call = null;
+    if (!(error instanceof CallRefused)) fallBack(`the WebRTC call did not connect (${error.message})`);
+    else if ([404, 405, 501].includes(error.status)) fallBack(`this server takes no WebRTC calls (${error.message})`);
+    else refused(error.status, error.code, error.message);
+    return;
+  }
+  const stopReply = playReply(audio.ctx, opened.remote, (block) => onReplyBlock(mine, block));
+  Object.assign(mine, {opened: true, isOpen: () => opened.channel.readyState === "open",
+                       transmit: (text) => opened.channel.send(text),
+                       close: () => { stopReply(); opened.channel.close(); opened.pc.close(); }});
+  if (call !== mine) { mine.close(); return; }
+  const take = (event) => { if (call === mine) onEvent(mine, JSON.parse(event.data)); };
+  opened.channel.onmessage = take;
+  opened.early.forEach(take);
+  opened.channel.onclose = () => { stopReply(); onClose(mine, {code: 1006, reason: "the call ended"}); };
+}
+
+// A block of the reply's track as the page plays it: sound in it is the reply heard (and the first after the
+// user's speech times the turn, on the same frame clock as the microphone's chunks).
+function onReplyBlock(mine, block) {
+  if (call !== mine || block.rms <= VOICED_RMS) return;
+  stats.receivedSamples += block.length;
+  stats.playedSamples += block.length;
+  if (mine.speechEnd && mine.lastReply) measure(mine.lastReply, block.frame);
+  showStats();
+}
+
+function connectWebSocket() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   const protocols = apiKey ? ["realtime", KEY_PROTOCOL + apiKey] : ["realtime"];
   let ws;
@@ -238,8 +302,10 @@ function connect() {
     return;
   }
   setState("connecting");
-  call = {ws, opened: false, ready: false, ended: false, userClosed: false, rate: audio.ctx.sampleRate, padMs: 0,
-          sent: 0, chunks: [], speechEnd: null, current: null, cut: new Set()};
+  call = {kind: "websocket", ws, opened: false, ready: false, ended: false, userClosed: false,
+          rate: audio.ctx.sampleRate, padMs: 0, sent: 0, chunks: [], speechEnd: null, current: null, cut: new Set(),
+          isOpen: () => ws.readyState === WebSocket.OPEN, transmit: (text) => ws.send(text),
+          close: () => ws.close(1000, "the user stopped")};
   const mine = call;
   ws.onopen = () => { mine.opened = true; };
   ws.onmessage = (event) => { if (call === mine) onEvent(mine, JSON.parse(event.data)); };
@@ -247,7 +313,7 @@ function connect() {
 }
 
 function send(event) {
-  if (call && call.ws.readyState === WebSocket.OPEN) call.ws.send(JSON.stringify(event));
+  if (call && call.isOpen()) call.transmit(JSON.stringify(event));
 }
 
 function bargeIn() {
@@ -269,6 +335,10 @@ function bargeIn() {
 function onEvent(mine, event) {
   switch (event.type) {
     case "session.created": {
+      if (mine.kind === "webrtc") {  // Opus both ways: no PCM rate to agree on
+        ready(mine);
+        break;
+      }
       const rate = mine.rate;
       send({type: "session.update", session: {type: "realtime", audio: {
         input: {format: {type: "audio/pcm", rate}}, output: {format: {type: "audio/pcm", rate}}}}});
@@ -283,12 +353,21 @@ function onEvent(mine, event) {
         break;
       }
       mine.padMs = format.input.turn_detection.prefix_padding_ms || 0;
-      mine.ready = true;
-      stats.rate = mine.rate;
-      audio.capture.port.postMessage({type: "capture", on: true});
-      clearMessage();
-      setState("listening");
-      showStats();
+      ready(mine);
+      break;
+    }
+    case "output_audio_buffer.started":
+      if (mine.ready) setState("speaking");
+      break;
+    case "output_audio_buffer.stopped":
+      if (stats.state === "speaking") setState("listening");
+      break;
+    case "output_audio_buffer.cleared": {  // the server cut the reply's audio (the user spoke over it)
+      stats.bargeIns += 1;
+      const entry = line("assistant", event.response_id);
+      if (entry.status === null) entry.status = "interrupted";
+      setMeta(entry);
+      if (stats.state === "speaking") setState("listening");
       break;
     }
     case "input_audio_buffer.speech_started":
@@ -342,12 +421,51 @@ function onEvent(mine, event) {
   }
 }
 
+function ready(mine) {
+  mine.ready = true;
+  stats.rate = mine.rate;
+  audio.capture.port.postMessage({type: "capture", on: true});
+  clearMessage();
+  setState("listening");
+  showStats();
+}
+
+function serverFull() {
+  showMessage("server-full", "The server is full: every session it has room for is in use " +
+              "(server.max_sessions). Try again in a moment.");
+}
+
+// The server said no to a call (an HTTP status and an OpenAI-style error), or could not be reached (status 0).
+function refused(status, code, message) {
+  if (status === 401) {
+    keyRefused();
+    return;
+  }
+  closeAudio();
+  setState("error");
+  if (code) stats.errors.push(code);
+  if (code === "session_limit_reached") serverFull();
+  else if (status === 0) showMessage("unreachable", `Cannot reach the server at ${location.host}. Is it still running?`);
+  else showMessage("refused", `The server refused the call (HTTP ${status}: ${message}). See the server's log.`);
+}
+
+function keyRefused() {
+  if (apiKey) {
+    showMessage("wrong-key", "The server refused this API key (401, invalid_api_key). Check it " +
+                "(server.api_key or S2S_API_KEY where the server runs) and enter it again.");
+    forgetKey();
+  } else {
+    showMessage("key-needed", "This server needs an API key. The page keeps it in memory only, " +
+                "unless you tick the box.", "info");
+  }
+  askKey();
+}
+
 function onServerError(mine, error) {
   stats.errors.push(error.code);
   if (error.code === "session_limit_reached") {
     mine.ended = true;
-    showMessage("server-full", "The server is full: every session it has room for is in use " +
-                "(server.max_sessions). Try again in a moment.");
+    serverFull();
   } else if (error.code === "idle_timeout") {
     mine.ended = true;
     showMessage("idle", "The server closed the session after a long silence. Press Start to talk again.", "info");
@@ -390,15 +508,7 @@ async function diagnose() {
     status = 0;
   }
   if (status === 401) {
-    if (apiKey) {
-      showMessage("wrong-key", "The server refused this API key (401, invalid_api_key). Check it " +
-                  "(server.api_key or S2S_API_KEY where the server runs) and enter it again.");
-      forgetKey();
-    } else {
-      showMessage("key-needed", "This server needs an API key. The page keeps it in memory only, " +
-                  "unless you tick the box.", "info");
-    }
-    askKey();
+    keyRefused();
     return;
   }
   closeAudio();
@@ -475,7 +585,7 @@ function stop(byUser = true) {
   if (call) {
     call.userClosed = byUser || call.userClosed;
     call.ended = true;
-    call.ws.close(1000, "the user stopped");
+    call.close();
     call = null;
   }
   closeAudio();
