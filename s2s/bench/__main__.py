@@ -1,6 +1,7 @@
 """python -m s2s.bench runner [--messages N] [--stages K]: the runner's per-hop latency and throughput.
 
-python -m s2s.bench server --sessions N --seconds T: a bounded load on the realtime server (loopback only).
+python -m s2s.bench server --sessions N --seconds T: a bounded load on the realtime server (loopback only);
+    --transport both: voice-to-voice over WebRTC against WebSocket, in one interleaved run.
 
 python -m s2s.bench latency [FILES...] [key=value ...] [--versus "key=value ..."]: voice-to-voice from the end of
 speech, realtime-paced; --versus runs every file a second time with more overrides, interleaved, for a ratio.
@@ -40,6 +41,7 @@ from s2s.bench.recognition import bench_recognition
 from s2s.bench.runner import bench_runner, report
 from s2s.bench.server import add_arguments as add_server_arguments
 from s2s.bench.server import bench_server
+from s2s.bench.transports import bench_transports
 from s2s.bench.turns import bench_turns
 
 
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(error))
     if args.command == "server":
         try:
-            return bench_server(args)
+            return bench_transports(args) if args.transport == "both" else bench_server(args)
         except ValueError as error:
             parser.error(str(error))
     try:

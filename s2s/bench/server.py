@@ -4,7 +4,8 @@ N clients speak the same question at the pace of speech, turn after turn, for T 
 measured on each client's clock, from the end of the question's speech (its last voiced sample, as sent) to
 the first reply audio received, so endpointing, the network hop and every stage are in it. Without ``--url``
 the command starts a server itself (``run.py server=realtime server.port=0 server.max_sessions=N``, plus any
-``--override``) and stops it at the end.
+``--override``) and stops it at the end. ``--transport both`` compares WebRTC with WebSocket instead, one session
+of each taking turns (:mod:`s2s.bench.transports`).
 """
 from __future__ import annotations
 
@@ -216,18 +217,26 @@ def _start_server(sessions: int, overrides: list[str], run_dir: Path,
 def bench_server(args: Any) -> int:
     if not 1 <= args.sessions <= MAX_SESSIONS or not 0 < args.seconds <= MAX_SECONDS:
         raise ValueError(f"--sessions 1-{MAX_SESSIONS} and --seconds up to {MAX_SECONDS}")
-    if args.url and not is_loopback(args.url):
-        raise ValueError(f"--url {args.url}: the load test only targets this machine (127.0.0.1, localhost, ::1)")
-    path = args.file or Path(__file__).resolve().parents[1] / "samples" / "question.wav"
-    speech = audio.read_audio(path, RATE)
-    run_dir = Path(args.run_dir or f"outputs/bench-server-{time.strftime('%Y%m%d-%H%M%S')}")
-    with served(args.url, args.sessions, args.override, run_dir) as url:
+    with server_for(args, args.sessions) as (url, speech):
         load = asyncio.run(_load(url, args.api_key, args.sessions, args.seconds, speech, args.reply_timeout))
         print(report(load, args.seconds, url))
         server_side = _server_figures(url, args.api_key)
         if server_side:
             print(server_side)
     return 0
+
+
+@contextlib.contextmanager
+def server_for(args: Any, sessions: int) -> Iterator[tuple[str, np.ndarray]]:
+    """The server to measure (``--url``, on this machine, or one started with ``sessions`` pipelines and stopped
+    at the end) and the question each client speaks, at :data:`RATE`."""
+    if args.url and not is_loopback(args.url):
+        raise ValueError(f"--url {args.url}: the load test only targets this machine (127.0.0.1, localhost, ::1)")
+    path = args.file or Path(__file__).resolve().parents[1] / "samples" / "question.wav"
+    speech = audio.read_audio(path, RATE)
+    run_dir = Path(args.run_dir or f"outputs/bench-server-{time.strftime('%Y%m%d-%H%M%S')}")
+    with served(args.url, sessions, args.override, run_dir) as url:
+        yield url, speech
 
 
 def _stop_server(process: subprocess.Popen) -> None:
@@ -270,3 +279,6 @@ def add_arguments(parser: Any) -> None:
                         help="a config override for the server it starts (repeatable), e.g. llm.max_new_tokens=32")
     parser.add_argument("--reply-timeout", type=float, default=90.0, help="seconds to wait for one reply")
     parser.add_argument("--run-dir", help="the started server's run folder (default outputs/bench-server-<time>)")
+    parser.add_argument("--transport", choices=("websocket", "both"), default="websocket",
+                        help="both: one WebSocket session and one WebRTC call (extra webrtc) take turns, and "
+                             "voice-to-voice is reported per transport (--sessions is not used)")

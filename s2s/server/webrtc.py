@@ -14,6 +14,7 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -61,11 +62,12 @@ class Call:
         self._channel: Any = None
         self._configured = asyncio.Event()  # the client had its chance to configure the session
         self._handled = False
+        self._listening = False
         self._items: set[str] = set()  # the assistant's items in the conversation (truncated at a cut)
         self._resamplers: dict[str, audio.StreamResampler] = {}  # reply audio -> 48 kHz, per response
         self._tasks: set[asyncio.Task[None]] = set()
         self.pc.on("datachannel", self._on_channel)
-        self.pc.on("track", lambda track: self._spawn(self._listen(track)) if track.kind == "audio" else None)
+        self.pc.on("track", self._on_track)
         self.pc.on("connectionstatechange", self._on_state)
 
     # ------------------------------------------------------------------ signalling
@@ -103,6 +105,11 @@ class Call:
     def _on_state(self) -> None:
         if self.pc.connectionState in ("failed", "closed"):
             self._close_with("disconnected")
+
+    def _on_track(self, track: Any) -> None:
+        if track.kind == "audio" and not self._listening:  # the microphone: one track (a second is not heard)
+            self._listening = True
+            self._spawn(self._listen(track))
 
     def _on_channel(self, channel: Any) -> None:
         if channel.label != EVENTS_CHANNEL or self._channel is not None:
@@ -247,16 +254,22 @@ class Call:
         task.add_done_callback(self._tasks.discard)
 
     async def _listen(self, track: Any) -> None:
-        """The microphone into the session; what comes before the client configured it waits (bounded)."""
+        """The microphone into the session; what comes before the client configured it waits (bounded).
+
+        A call without the events channel cannot configure anything: its audio waits twice the grace, then flows.
+        """
         early: list[tuple[np.ndarray, int]] = []
         full = False
+        first = None
         while True:
             try:
                 floats, rate = frame_floats(await track.recv())
             except MediaStreamError:
                 return
             early.append((floats, rate))
-            if not self._configured.is_set() or self.session is None:
+            first = first if first is not None else time.monotonic()
+            voice_only = self._channel is None and time.monotonic() - first > 2 * CONFIG_GRACE_S
+            if self.session is None or not (self._configured.is_set() or voice_only):
                 if len(early) * len(floats) > MAX_EARLY_S * rate:
                     early.pop(0)
                 continue
