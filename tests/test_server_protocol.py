@@ -292,6 +292,17 @@ def test_the_server_bench_command_runs_a_bounded_load(server):
     assert "sessions held" in result.stdout and "replies completed" in result.stdout and "p90" in result.stdout
 
 
+def test_the_server_bench_compares_webrtc_with_websocket_in_one_run(server):
+    pytest.importorskip("aiortc", reason="the webrtc extra (aiortc) is needed for WebRTC calls")
+    server.wait_idle()
+    result = subprocess.run([sys.executable, "-m", "s2s.bench", "server", "--url", server.url, "--api-key", API_KEY,
+                             "--transport", "both", "--seconds", "3"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = {line.split(":")[0].strip(): line for line in result.stdout.splitlines() if ": p50" in line}
+    assert set(lines) == {"websocket", "webrtc"} and "over 1 turns" in lines["webrtc"], result.stdout
+
+
 ALSA = "/usr/share/alsa/alsa.conf"
 needs_alsa = pytest.mark.skipif(not os.path.exists(ALSA), reason="needs ALSA (Linux with libasound2)")
 
