@@ -101,11 +101,10 @@ class FrontProtocol(asyncio.Protocol):
         self._buffer = bytearray()
         self._head: tuple[str, str, str, Any] | None = None
         self._length = 0
-        self._transport: asyncio.Transport | None = None
+        self._transport: Any = None
         self._timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+    def connection_made(self, transport: Any) -> None:  # asyncio's, or uvloop's (Ray Serve runs on uvloop)
         self._transport = transport
         self._timer = asyncio.get_running_loop().call_later(HEAD_TIMEOUT_S, self._expire)
 
