@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -103,6 +104,23 @@ def test_each_bad_call_gets_its_own_status_and_message(server, offer, request_kw
     assert server.alive() and server.get("/health", api_key=None) == (200, {"status": "ok"})
     assert server.get("/v1/sessions")[1]["active"] == 0  # nothing was taken by the refused request
     assert "Traceback" not in server.output
+
+
+@pytest.mark.parametrize("raw,status", [
+    (b"POST /v1/realtime/calls HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 411),
+    (b"POST /v1/realtime/calls HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", 400),
+    (b"POST nowhere HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"POST /v1/realtime/calls HTTP/1.1\r\n" + b"X-Filler: " + b"a" * (20 << 10) + b"\r\n", 431),
+])
+def test_the_front_refuses_what_is_not_a_readable_request(server, raw, status):
+    """Before any endpoint: the head is read (bounded), a body needs a Content-Length; the server goes on."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as connection:
+        connection.sendall(raw)
+        answer = connection.makefile("rb").read()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer[:300]
+    assert json.loads(body)["error"]["message"]
+    assert server.get("/health", api_key=None) == (200, {"status": "ok"})
 
 
 def test_a_full_server_refuses_with_503_and_a_call_that_never_connects_is_released(server, offer):

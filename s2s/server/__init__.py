@@ -1,7 +1,8 @@
-"""The realtime server: OpenAI Realtime events over WebSocket <-> the messages of one graph per session.
+"""The realtime server: OpenAI Realtime events over WebSocket or WebRTC <-> the messages of one graph per session.
 
-``python run.py server=realtime`` (extra ``server``; ``server.engine=ray`` spreads the sessions over Ray Serve
-replicas, extra ``ray``). A session's source and sink are the socket; every other stage comes from the composed
+``python run.py server=realtime`` (extra ``server``; WebRTC calls with extra ``webrtc``; ``server.engine=ray``
+spreads the sessions over Ray Serve replicas, extra ``ray``). A session's source and sink are the socket or the
+call; every other stage comes from the composed
 config, so profiles, platforms and overrides apply unchanged. Protocol parsing, validation and error events
 live here; stages never see JSON or sockets.
 """

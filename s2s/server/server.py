@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import http
+import importlib.util
 import logging
 import signal
 import sys
@@ -97,8 +98,10 @@ async def _serve(server: SessionServer, stop_when: threading.Event | None,
         stop.set()
 
     def announce(port: int) -> None:
+        calls = "" if importlib.util.find_spec("aiortc") is None else \
+            f"; WebRTC calls at http://{settings.host}:{port}{PATH}/calls"
         print(f"s2s realtime server listening on ws://{settings.host}:{port}{PATH} (max_sessions="
-              f"{settings.max_sessions}, api key {'required' if settings.api_key else 'not required'}); "
+              f"{settings.max_sessions}, api key {'required' if settings.api_key else 'not required'}){calls}; "
               f"sessions' metrics at http://{settings.host}:{port}/v1/sessions; a browser page at "
               f"http://{settings.host}:{port}/", flush=True)
         if on_listening is not None:
