@@ -163,6 +163,9 @@ def test_a_client_secret_opens_one_call_with_the_session_it_was_minted_with(serv
         finally:
             await rtc.close()
 
+    # a secret opens a session and nothing else: it mints no secret (say, without its instructions), reads no sessions
+    assert mint(server, {}, key=secret["value"])[0] == 401
+    assert server.get("/v1/sessions", api_key=secret["value"])[0] == 401
     events = asyncio.run(asyncio.wait_for(use(), 40))
     assert [e["type"] for e in events][:2] == ["session.created", "session.updated"]
     assert events[1]["session"]["instructions"] == "Answer in one word."

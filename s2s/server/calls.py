@@ -72,7 +72,8 @@ class HttpEndpoints:
         if path not in (CALLS, SECRETS) and call_id is None:
             return error_answer(Status.NOT_FOUND, "not_found", f"no such endpoint {request.method} {path[:200]}; "
                                 f"POST {CALLS} (WebRTC) and POST {SECRETS} take a body here")
-        if (refused := refusal(path, request.headers, self.host.settings, self.host.secrets)) is not None:
+        secrets = self.host.secrets if path == CALLS else None  # a secret opens a call; it mints no other
+        if (refused := refusal(path, request.headers, self.host.settings, secrets)) is not None:
             return json_answer(*refused)
         allowed = "DELETE, POST" if call_id is not None else "POST"
         if request.method not in allowed.split(", ") or (request.method == "POST" and call_id is not None

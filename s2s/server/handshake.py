@@ -103,8 +103,9 @@ def refusal(path: str, headers: Any, settings: ServerSettings,
 
     A browser page of another site (an ``Origin`` that is not this server) is refused even without a key: it
     could otherwise reach a keyless server on localhost from any tab. Then the API key, when one is set: a Bearer
-    header or, from a browser, the ``openai-insecure-api-key.<key>`` WebSocket subprotocol; a client secret
-    minted by ``POST /v1/realtime/client_secrets`` (``ek_...``) stands for it until it expires or is used.
+    header or, from a browser, the ``openai-insecure-api-key.<key>`` WebSocket subprotocol. Where a session
+    opens (``secrets`` given), a client secret minted by ``POST /v1/realtime/client_secrets`` (``ek_...``) stands
+    for it until it expires or is used; nowhere else (it mints no secrets, reads no sessions).
     """
     origin = headers.get("Origin")
     if origin and urlsplit(origin).netloc != headers.get("Host", ""):  # another site, in a user's browser
@@ -136,8 +137,8 @@ async def route(request: Any, settings: ServerSettings, read_outs: ReadOuts,
         return json_response(*read_outs.health())
     if (page := _page_response(path)) is not None:
         return page
-    if (refused := refusal(path, request.headers, settings, secrets)) is not None:
-        return json_response(*refused)
+    if (refused := refusal(path, request.headers, settings, secrets if path == PATH else None)) is not None:
+        return json_response(*refused)  # a client secret opens a session, and reads nothing else
     if path == "/v1/sessions":
         return json_response(http.HTTPStatus.OK, await read_outs.sessions())
     if path != PATH:
