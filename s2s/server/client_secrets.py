@@ -2,9 +2,9 @@
 
 A program of the user's (their backend, holding ``server.api_key``) asks for a secret and hands its ``value``
 (``ek_...``) to a browser or a phone, which connects with it as its Bearer key, over WebRTC or WebSocket. A
-secret opens one session, before it expires; the session configuration it was minted with (instructions, voice,
-turn detection, ...) is that session's first ``session.update``, so the backend decides it and the page cannot
-change what it was not given.
+secret opens one session, before it expires, and reads or mints nothing; the session configuration it was minted
+with (instructions, voice, turn detection, ...) is that session's first ``session.update``, so the backend sets
+the start (the client's own ``session.update`` may still change what the allowlist lets it, as with OpenAI).
 """
 from __future__ import annotations
 
