@@ -198,6 +198,14 @@ def test_over_webrtc_a_conversation_shows_both_sides_plays_the_reply_and_times_e
     figures = [turn["timings"]["voice_to_voice_s"] for turn in document["sessions"][-1]["turns"]]
     for ours, theirs in zip(state["voiceToVoiceMs"], figures):
         assert theirs - 0.15 <= ours / 1000 <= theirs + 1.5, (state["voiceToVoiceMs"], figures)
+    hang_up(page, server)
+
+
+def hang_up(page, server) -> None:
+    """Stop, as the user would: the call closes at once. (A browser that is killed instead leaves the server to
+    find the call gone by ICE consent, about 30 s later.)"""
+    page.click("#stop")
+    wait_until_free(server)
 
 
 def test_over_webrtc_speaking_over_the_reply_stops_it(server, chromium, espeak, tmp_path):
@@ -218,6 +226,7 @@ def test_over_webrtc_speaking_over_the_reply_stops_it(server, chromium, espeak, 
                    and line["status"] == "interrupted")
         assert state["transport"] == "webrtc", state
         assert "interrupted" in page.text(f'#transcript li[data-id="{cut["id"]}"] .meta')
+        hang_up(page, server)
     finally:
         browser.close()
 
