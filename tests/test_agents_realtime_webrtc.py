@@ -51,8 +51,8 @@ def microphone(espeak, tmp_path_factory) -> Path:
 
 
 def client_secret(server) -> str:
-    request = urllib.request.Request(f"{server.http}/v1/realtime/client_secrets", method="POST",
-                                     data=json.dumps({"expires_after": {"anchor": "created_at", "seconds": 60}}).encode(),
+    body = json.dumps({"expires_after": {"anchor": "created_at", "seconds": 60}}).encode()
+    request = urllib.request.Request(f"{server.http}/v1/realtime/client_secrets", method="POST", data=body,
                                      headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())["value"]
@@ -68,8 +68,8 @@ def until(page, expression: str, timeout_s: float) -> None:
         time.sleep(0.25)
 
 
-def test_a_browser_talks_to_the_server_over_webrtc_with_the_agents_sdk(node, chromium, microphone, echo_server,  # noqa: F811
-                                                                       tmp_path):
+def test_a_browser_talks_to_the_server_over_webrtc_with_the_agents_sdk(
+        node, chromium, microphone, echo_server, tmp_path):  # noqa: F811  (node: the imported fixture)
     assert BUNDLE.is_file(), f"no {BUNDLE}: npm ci did not install @openai/agents-realtime"
     echo_server.wait_idle()
     browser = Chromium(chromium, tmp_path / "profile", microphone)

@@ -9,7 +9,6 @@ decoded frame of the reply's track (so Opus both ways and aiortc's jitter buffer
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from s2s import audio
-from s2s.bench.server import CHUNK_S, MAX_SECONDS, RATE, server_for, speech_end_s
+from s2s.bench.server import MAX_SECONDS, RATE, send_paced, server_for, speech_end_s
 
 TRANSPORTS = ("websocket", "webrtc")
 
@@ -35,14 +34,7 @@ async def _websocket_turn(socket: Any, speech: np.ndarray, reply_timeout_s: floa
                 return event["response"]["status"] == "completed"
 
     receiver = asyncio.create_task(receive())
-    samples = np.concatenate([speech, audio.silence(1.5, RATE)])
-    step = int(CHUNK_S * RATE)
-    start = time.monotonic()
-    for index, offset in enumerate(range(0, len(samples), step)):
-        block = audio.float_to_int16(samples[offset:offset + step]).astype("<i2")
-        await socket.send(json.dumps({"type": "input_audio_buffer.append",
-                                      "audio": base64.b64encode(block.tobytes()).decode()}))
-        await asyncio.sleep(max(0.0, start + (index + 1) * CHUNK_S - time.monotonic()))
+    start = await send_paced(socket, np.concatenate([speech, audio.silence(1.5, RATE)]))
     spoken_end = start + speech_end_s(speech, RATE)
     try:
         completed = await asyncio.wait_for(receiver, reply_timeout_s)
