@@ -29,11 +29,11 @@ class RunningServer:
     """``python run.py server=realtime server.port=0 <overrides>``; ``stop()`` sends SIGTERM, then kills."""
 
     def __init__(self, run_dir: Path, *overrides: str, env: dict[str, str] | None = None,
-                 start_timeout_s: float = 400) -> None:
+                 start_timeout_s: float = 400, entry: list[str] | None = None, cwd: Path = ROOT) -> None:
         self.run_dir = run_dir
-        command = [sys.executable, str(ROOT / "run.py"), "server=realtime", "server.host=127.0.0.1",
-                   "server.port=0", f"hydra.run.dir={run_dir}", *overrides]
-        self.process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **(env or {})}, text=True,
+        entry = entry or [sys.executable, str(ROOT / "run.py"), "server=realtime"]  # or: python -m s2s serve
+        command = [*entry, "server.host=127.0.0.1", "server.port=0", f"hydra.run.dir={run_dir}", *overrides]
+        self.process = subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, text=True,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.lines: list[str] = []
         self._ready: queue.Queue[int | None] = queue.Queue()

@@ -234,3 +234,17 @@ def test_an_installed_wheel_takes_the_users_own_groups_and_profiles(installed_wh
     result = s2s("--config-dir", str(mine), "profile=quiet", "tts=slow_piper", "--cfg", "job")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "max_new_tokens: 17" in result.stdout and "speed: 0.8" in result.stdout
+
+
+def test_an_installed_wheel_serves(installed_wheel, tmp_path):
+    """``s2s serve`` from the wheel, outside the checkout: it listens, answers /health, and stops on SIGTERM."""
+    from realtime_server import API_KEY, RunningServer
+
+    _, site, elsewhere = installed_wheel
+    server = RunningServer(tmp_path / "serve", "llm=echo", entry=[sys.executable, "-m", "s2s", "serve"],
+                           cwd=elsewhere, env={"PYTHONPATH": str(site), "S2S_API_KEY": API_KEY})
+    try:
+        assert server.get("/health", api_key=None)[0] == 200
+        assert server.get("/v1/sessions")[1]["max_sessions"] >= 1
+    finally:
+        assert server.stop() == 0, server.output[-3000:]
