@@ -106,6 +106,12 @@ def test_validation_names_key_value_and_what_is_valid(override, fragment, tmp_pa
         validate(compose_config(["stt=qwen3_asr", override], tmp_path))
 
 
+def test_a_folder_that_holds_no_model_fails_before_loading(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigErrors, match=r"stt.model=.*empty: invalid; expected a model folder with config.json"):
+        validate(compose_config(["stt=qwen3_asr", f"stt.model={tmp_path / 'empty'}"], tmp_path))
+
+
 def test_hotwords_from_the_command_line_are_a_list_or_a_string(tmp_path):
     def stt(override: str) -> Qwen3ASRSTT:
         spec = next(s for s in validate(compose_config(["stt=qwen3_asr", override], tmp_path)) if s.group == "stt")

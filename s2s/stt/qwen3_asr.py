@@ -58,7 +58,7 @@ class Qwen3ASRSTT(STTStage):
         hotwords = kwargs["context"]
         if isinstance(hotwords, list) and not all(isinstance(word, str) and word.strip() for word in hotwords):
             raise context.error("context", hotwords, "a list of non-empty words, one string, or null")
-        if error := model_folder_error(kwargs["model"], context, "Qwen/Qwen3-ASR-0.6B-hf"):
+        if error := model_folder_error(kwargs["model"], context, "Qwen/Qwen3-ASR-0.6B-hf", needs=("config.json",)):
             raise error
 
     def setup(self) -> None:
