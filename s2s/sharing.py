@@ -15,16 +15,18 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _enabled = False
+_users = 1
 _models: dict[Hashable, Any] = {}
 _locks: dict[Hashable, threading.Lock] = {}
 _guard = threading.Lock()
 
 
-def enable(on: bool = True) -> None:
-    """Share from now on (``False``: stop sharing and forget what was shared)."""
-    global _enabled
+def enable(on: bool = True, users: int = 1) -> None:
+    """Share from now on among ``users`` pipelines (``False``: stop sharing and forget what was shared)."""
+    global _enabled, _users
     with _guard:
         _enabled = on
+        _users = users if on else 1
         if not on:
             _models.clear()
             _locks.clear()
@@ -40,6 +42,17 @@ def shared_model(key: Hashable, load: Callable[[], T]) -> T:
         if key not in _models:
             _models[key] = load()
         return _models[key]
+
+
+def users() -> int:
+    """How many pipelines may call a shared model at the same time (1 while sharing is off).
+
+    A library that serialises calls on one worker (CTranslate2's ``inter_threads``, faster-whisper's
+    ``num_workers``) gets this many workers over the one copy of the weights: otherwise one session's reply,
+    whose generation is paced by its reader, holds every other session's turn behind it.
+    """
+    with _guard:
+        return _users
 
 
 def shared_count() -> int:

@@ -59,8 +59,14 @@ def heard_share(stage: FasterWhisperSTT, clips) -> tuple[float, list[tuple[str, 
     return found / total, heard
 
 
-def test_default_stt_hears_espeak_voices_and_rates(grid):
-    share, heard = heard_share(default_stt(), grid)
+@pytest.fixture(scope="module")
+def default_heard(grid):
+    """The default's share and transcripts of the set, heard once for the tests that read them (16 s)."""
+    return heard_share(default_stt(), grid)
+
+
+def test_default_stt_hears_espeak_voices_and_rates(default_heard):
+    share, heard = default_heard
     assert share >= MIN_WORDS_HEARD, [pair for pair in heard if set(words(pair[0])) - set(words(pair[1]))]
     assert all(text for _, text in heard)  # every clip gives words
 
@@ -79,9 +85,9 @@ def test_packaged_base_hears_espeak_voices_and_rates(grid):
     assert sum(1 for _, text in heard if text) >= len(heard) - 2  # words from (nearly) every clip
 
 
-def test_short_window_hears_as_much_as_the_full_one(grid):
+def test_short_window_hears_as_much_as_the_full_one(grid, default_heard):
     """window_s (the default's 15 s) is chosen for time; on the set it must not hear less than Whisper's 30 s."""
-    short, _ = heard_share(default_stt(), grid)
+    short, _ = default_heard
     full, _ = heard_share(default_stt(window_s=None), grid)
     assert short >= full - 0.03, (short, full)
 

@@ -500,3 +500,45 @@ def test_a_text_only_session_or_response_gets_text_events_and_no_audio(echo_serv
         third = events.until("response.done", 120, lambda e: e.response.id not in (done.response.id,
                                                                                   second.response.id))
         assert third.response.output_modalities == ["audio"] and events.of("response.output_audio.delta")
+
+
+def test_a_reply_held_by_its_reader_does_not_hold_another_sessions_reply():
+    """Generation is paced by its reader (a session waits for its TTS): with one CTranslate2 worker for the shared
+    weights, a second session's reply would wait for the first's to end; each pipeline gets a worker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from s2s import sharing
+    from s2s.llm.ctranslate2_lm import CTranslate2LM
+    from s2s.platform import threads_per_pipeline
+
+    sharing.enable(users=2)
+    try:
+        stages = [CTranslate2LM(max_new_tokens=64), CTranslate2LM(max_new_tokens=64)]
+        for stage in stages:
+            stage.threads = threads_per_pipeline(2)
+            stage.setup()
+        assert sharing.shared_count() == 1 and stages[0]._generator is stages[1]._generator
+        assert stages[0]._generator.num_generators == 2
+        held = stages[0].stream(stages[0].chat_messages("Tell me a long story about a dog."))
+        next(held)  # the reader stops here: the first session's worker waits for it
+        pool = ThreadPoolExecutor(1)
+        try:
+            other = pool.submit(lambda: next(stages[1].stream(stages[1].chat_messages("What is the capital?"))))
+            assert other.result(timeout=60)  # the second session's first words come while the first's are held
+        finally:
+            held.close()  # frees the first worker, so a failing run ends too
+            pool.shutdown(wait=True)
+    finally:
+        for stage in stages:
+            stage.close()
+        sharing.enable(False)
+
+
+def test_each_pipeline_gets_its_share_of_the_cores():
+    import os
+
+    from s2s.platform import threads_per_pipeline
+
+    cores = len(os.sched_getaffinity(0))
+    assert threads_per_pipeline(1) is None  # one pipeline: the libraries decide, as in a local run
+    assert threads_per_pipeline(2) == max(1, cores // 2) and threads_per_pipeline(64) == 1

@@ -27,6 +27,7 @@ from s2s.llm.sentence_end import bare_words, sentence_end_ids
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
 from s2s.models import build_once, cache_root, local_path, model_source
+from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
 from s2s.usage import Usage
@@ -207,10 +208,12 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         self._sentence_ends = sentence_end_ids(self._tokenizer, self._end_ids)
         device, _, index = self.device.partition(":")
         threads = self.threads or 0  # 0: CTranslate2's default (every core)
+        workers = sharing.users()  # a paced reply holds its worker: one per pipeline that may call at once
         self._generator = shared_model(  # one copy per process when the realtime server shares weights
-            ("ctranslate2", str(path), device, int(index or 0), self.compute_type, threads),
+            ("ctranslate2", str(path), device, int(index or 0), self.compute_type, threads, workers),
             lambda: ctranslate2.Generator(str(path), device=device, device_index=int(index or 0),
-                                          compute_type=self.compute_type, intra_threads=threads))
+                                          compute_type=self.compute_type, intra_threads=threads,
+                                          inter_threads=workers))
 
     def _end_tokens(self, path: Path) -> list[int]:
         """generation_config's eos ids, the tokenizer's eos and CTranslate2's (SmolLM2's GGUF names <|im_start|>)."""

@@ -139,7 +139,7 @@ class Replica:
         host = settings.host or node
         self.settings = dataclasses.replace(settings, host=host)
         tag = serve.get_replica_context().replica_tag
-        sharing.enable()
+        sharing.enable(users=settings.max_sessions)
         self.pool = Pool(specs, settings.max_sessions)
         try:
             self.pool.setup(warm_up=bool(cfg.runner.warm_up))

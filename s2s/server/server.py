@@ -12,6 +12,7 @@ with ``server.engine=ray`` (``s2s/server/ray_app.py``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import http
 import importlib.util
 import logging
@@ -30,6 +31,7 @@ from omegaconf import DictConfig
 from s2s import sharing, tracing
 from s2s.config import StageSpec
 from s2s.graph import StageSetupError
+from s2s.platform import threads_per_pipeline
 from s2s.server import protocol
 from s2s.server.client_secrets import ClientSecrets
 from s2s.server.handshake import PATH, authorized, listen, presented_keys, refuse
@@ -63,7 +65,10 @@ def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSetting
         The exit code: 0 stopped, 1 could not start, 130 interrupted during setup.
     """
     require("websockets", backend="server=realtime", extra="server")
-    sharing.enable()  # the pipelines share weights where the backend allows it (faster-whisper, transformers, onnx)
+    # the pipelines share weights where the backend allows it (faster-whisper, transformers, onnx), each with a worker
+    sharing.enable(users=settings.max_sessions)
+    share = threads_per_pipeline(settings.max_sessions)  # runner.threads, where set, wins
+    specs = [dataclasses.replace(spec, threads=spec.threads or share) for spec in specs]
     pool = Pool(specs, settings.max_sessions)
     try:
         pool.setup(warm_up=bool(cfg.runner.warm_up))

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from s2s import audio
 from s2s.config_errors import OneOf, Range, ValidationContext
 from s2s.models import build_once, cache_root, loadable, model_folder_error, model_source, package_file
+from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
 from s2s.stt.base import STTStage
@@ -138,10 +139,12 @@ class FasterWhisperSTT(STTStage):
         path = resolve_model(self.model_name, self.cache_dir)
         device, _, index = self.device.partition(":")
         threads = self.threads or 0  # 0: CTranslate2's default (every core)
+        workers = sharing.users()  # sessions' turns and partial passes decode side by side, not one after another
         self._model = shared_model(  # one copy per process when the realtime server shares weights
-            ("faster_whisper", path, device, int(index or 0), compute_type, threads),
+            ("faster_whisper", path, device, int(index or 0), compute_type, threads, workers),
             lambda: faster_whisper.WhisperModel(path, device=device, device_index=int(index or 0),
-                                                compute_type=compute_type, cpu_threads=threads))
+                                                compute_type=compute_type, cpu_threads=threads,
+                                                num_workers=workers))
 
     def warm_up(self) -> None:
         self._transcribe(audio.silence(1.0, RATE), self.language or "en")  # "en": no language detection
