@@ -204,7 +204,8 @@ class LLMStage(Stage):
         context.cancel_compaction()  # a summary being written gives way to this reply
         plan = context.take_plan(message.turn)
         messages = self.chat_messages(self.user_content(message), plan.instructions, message.language)
-        if isinstance(message, Transcript) and message.speculative and TurnVerdict in self.wanted:  # the VAD asks: do these words end the turn?
+        # the VAD asks: do these words end the turn? (an utterance heard as audio has no words to judge)
+        if isinstance(message, Transcript) and message.speculative and TurnVerdict in self.wanted:
             probability = self.end_of_turn_probability(messages)
             if probability is not None:
                 yield TurnVerdict(message.turn, probability)
