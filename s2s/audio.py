@@ -101,6 +101,17 @@ def read_audio(path: str | Path, sample_rate: int) -> np.ndarray:
     return to_pipeline(data, rate, sample_rate)
 
 
+def wav_bytes(samples: np.ndarray, rate: int) -> bytes:
+    """``samples`` as a 16-bit PCM WAV file in memory (what an HTTP API takes as an upload or a base64 part)."""
+    import io
+
+    import soundfile
+
+    buffer = io.BytesIO()
+    soundfile.write(buffer, samples, rate, format="WAV", subtype="PCM_16")
+    return buffer.getvalue()
+
+
 def probe_audio(path: str | Path) -> tuple[int, int, float]:
     """(sample rate, channels, seconds) from the file header, or ValueError saying why it is not usable audio."""
     import soundfile

@@ -15,7 +15,9 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
+from s2s.compose import group_options
 from s2s.config_errors import ConfigError, ConfigErrors, Range, ValidationContext
+from s2s.messages import SpeechSegment, Transcript
 from s2s.platform import DEVICES, detect, resolve_device, runtimes_unavailable, valid_device
 from s2s.allowlist import ALLOWED_PACKAGE, target_errors
 from s2s.schema import check_kwargs, constraints, describe, device_unavailable, matches, stage_rule_errors
@@ -101,13 +103,13 @@ def node_kwargs(node: DictConfig, group: str) -> tuple[Any, dict[str, Any], list
     return target, kwargs, errors
 
 
-def validation_context(cfg: DictConfig, group: str) -> ValidationContext:
+def validation_context(cfg: DictConfig, group: str, fed: tuple[type, ...] = ()) -> ValidationContext:
     platform = cfg.platform
     # what the platform config says (more specific, e.g. Intel Macs) over where each runtime's extra installs
     unavailable = {**runtimes_unavailable(str(platform.os)),
                    **OmegaConf.to_container(platform.get("unavailable") or DictConfig({}))}
     return ValidationContext(group, str(platform.name), str(platform.os), str(platform.accelerator), unavailable,
-                             here=str(platform.os) == detect().os)
+                             here=str(platform.os) == detect().os, fed=fed)
 
 
 def validate(cfg: DictConfig) -> list[StageSpec]:
@@ -149,7 +151,9 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
     stage_targets = {f"{group}._target_" for group in cfg.get("pipeline") or []}
     errors += [e for e in target_errors(cfg) if e.key not in stage_targets]  # stages' own: load_target below
     specs: list[StageSpec] = []
+    fed: tuple[type, ...] = ()  # what the stage before emits (unknown when it failed to load)
     for group in cfg.pipeline:
+        fed, before = (), fed
         node = cfg.get(group)
         if not isinstance(node, DictConfig) or "_target_" not in node:
             errors.append(ConfigError("pipeline", group, "names of config groups that select a stage "
@@ -162,7 +166,8 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
         except ConfigError as error:
             errors.append(error)
             continue
-        context = validation_context(cfg, group)
+        fed = cls.emits
+        context = validation_context(cfg, group, before)
         reported = {error.key for error in problems}
         kwarg_errors = [e for e in check_kwargs(cls, kwargs, context) if e.key not in reported]
         errors += kwarg_errors
@@ -181,11 +186,21 @@ def validate(cfg: DictConfig) -> list[StageSpec]:
 
 
 def _check_neighbours(specs: list[StageSpec]) -> list[ConfigError]:
-    """Each stage must consume what the one before it emits (source=sentences needs experiment=tts_benchmark)."""
+    """Each stage must consume what the one before it emits (source=sentences needs experiment=tts_benchmark).
+
+    Utterances straight into a stage that takes transcripts is ``stt=none`` before an LLM that reads text only:
+    that is said in the terms the user chose (``stt``, ``llm``) with the combinations that work.
+    """
     errors = []
     for before, after in zip(specs, specs[1:]):
         if before.cls.emits and after.cls.accepts and not any(
                 issubclass(kind, after.cls.accepts) for kind in before.cls.emits):
+            if SpeechSegment in before.cls.emits and Transcript in after.cls.accepts:
+                stts = ", ".join(f"stt={name}" for name in group_options("stt") if name != "none")
+                errors.append(ConfigError("stt", "none", f"an STT ({stts}) before {after.group} ({after.target}), "
+                                          f"which reads text only; stt=none sends the audio to the LLM and works "
+                                          f"only with llm=openai (a model that takes input_audio)"))
+                continue
             emits = ", ".join(kind.__name__ for kind in before.cls.emits)
             accepts = ", ".join(kind.__name__ for kind in after.cls.accepts)
             errors.append(ConfigError("pipeline", "[" + ", ".join(spec.group for spec in specs) + "]",

@@ -42,6 +42,7 @@ class ValidationContext:
     accelerator: str  # cpu | cuda | mps
     unavailable: Mapping[str, str] = field(default_factory=dict)  # runtime -> why it cannot run here (platform config)
     here: bool = False  # the platform judged is the machine this runs on: what is installed here counts
+    fed: tuple[type, ...] = ()  # the data types the stage before it emits (() when unknown), e.g. SpeechSegment
 
     def error(self, key: str, value: Any, expected: str | Iterable[Any]) -> ConfigError:
         return ConfigError(f"{self.group}.{key}", value, expected)

@@ -47,6 +47,7 @@ class Turn:
     anchors: list[tuple[float, float]] = field(default_factory=list)  # (input clock, perf_counter) pairs
     # perf_counter times
     stt_start: float | None = None
+    heard_by: str | None = None  # the stage that took the utterance (the LLM itself with stt=none)
     segment_out: float | None = None  # the VAD let the segment go (the STT may still be busy with a pass)
     stt_end: float | None = None
     llm_start: float | None = None
@@ -192,7 +193,7 @@ class Recorder:
         with self._lock:
             if isinstance(message, SpeechSegment):
                 turn = self._turn(message.turn)
-                turn.stt_start = turn.stt_start or now
+                turn.stt_start, turn.heard_by = turn.stt_start or now, stage
             elif isinstance(message, Transcript):
                 self._turn(message.turn).llm_start = now
             elif isinstance(message, ReplyText):
@@ -210,6 +211,9 @@ class Recorder:
         with self._lock:
             if isinstance(message, Transcript):
                 self._turn(message.turn).llm_end = now
+            elif isinstance(message, SpeechSegment) and stage == (turn := self._turn(message.turn)).heard_by \
+                    and turn.stt_end is None and turn.llm_start is not None:  # the LLM heard it (stt=none)
+                turn.llm_end = now
             elif isinstance(message, ReplyText) and message.turn in self._tts_open:
                 turn = self._turn(message.turn)
                 turn.tts_busy_s += now - self._tts_open.pop(message.turn)
@@ -237,6 +241,8 @@ class Recorder:
                 self._say(f"you: {message.text}", turn)
             elif isinstance(message, ReplyText):
                 turn = self._turn(message.turn)
+                if stage == turn.heard_by and turn.llm_start is None:  # no STT ran: its start was the LLM's
+                    turn.llm_start, turn.stt_start = turn.stt_start, None
                 turn.llm_first_sentence = turn.llm_first_sentence or now
                 self._say(("assistant: " if not turn.assistant else "           ") + message.text, turn)
                 turn.assistant.append(message.text)

@@ -11,7 +11,7 @@ from conftest import compose_config
 
 from s2s.llm.echo import EchoLM
 from s2s.llm.transformers_lm import TransformersLM
-from s2s.messages import Metric, ReplyText, Transcript, TurnEnd
+from s2s.messages import Metric, ReplyText, SpeechSegment, Transcript, TurnEnd
 from s2s.text import SentenceSplitter, clean_for_speech, normalise, sentence_ends
 
 
@@ -182,7 +182,9 @@ def test_every_llm_backend_is_an_llm_stage_and_llm_stage_is_a_stage():
         module, _, name = target.rpartition(".")
         cls = getattr(importlib.import_module(module), name)
         assert issubclass(cls, LLMStage), target
-        assert cls.accepts == (Transcript,) and cls.emits == (ReplyText,), target
+        assert cls.accepts[0] == Transcript and cls.emits == (ReplyText,), target
+        # only a backend that hears the utterance itself (stt=none) takes speech segments too
+        assert set(cls.accepts[1:]) <= {SpeechSegment} and (cls.accepts[1:] == ()) == (name != "OpenAILM"), target
 
     class Spelled(TemplateTools, LLMStage, Stage):  # the older spelling still gives a consistent MRO
         pass

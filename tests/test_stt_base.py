@@ -17,7 +17,9 @@ def stt_backends() -> list[type]:
     """The class behind every option of the stt group (``_*`` files are bases, not options)."""
     classes = []
     for path in sorted((CONF_DIR / "stt").glob("[!_]*.yaml")):
-        module, _, name = OmegaConf.load(path)._target_.rpartition(".")
+        if "_target_" not in (option := OmegaConf.load(path)):  # stt=none: no STT stage at all
+            continue
+        module, _, name = option._target_.rpartition(".")
         classes.append(getattr(importlib.import_module(module), name))
     return classes
 

@@ -13,7 +13,7 @@ from s2s.compaction import SUMMARY_MAX_TOKENS, with_summary
 from s2s.languages import language_name
 from s2s.llm.calibration import Capped, Confidence
 from s2s.llm.tools import ToolCall, Toolbox, ToolResult
-from s2s.messages import Data, Message, Metric, ReplyText, Transcript, TurnEnd, TurnVerdict
+from s2s.messages import Data, Message, Metric, ReplyText, SpeechSegment, Transcript, TurnEnd, TurnVerdict
 from s2s.stage import Stage
 from s2s.text import SentenceSplitter, TagFilter, clean_for_speech
 from s2s.usage import Usage, metrics
@@ -26,6 +26,9 @@ FIRST_CHUNK_MIN_WORDS = 3  # ... but a clause shorter than this does not end it 
 # conf/llm/_chat_base.yaml states both for every option; a test keeps it equal to these
 MAX_TOOL_ROUNDS = 3  # model -> tools -> model ... at most this many times per turn, then the reply must be text
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # a thinking model's reasoning (Qwen3, DeepSeek-R1): never spoken
+# what the history keeps of a turn the model heard as audio (stt=none): the audio goes with its own turn only, so
+# a request never grows by every earlier utterance; the model's reply, kept after it, says what was asked
+SPOKEN_TURN = "[an earlier spoken turn; its audio is not kept]"
 
 
 class ReplyFailed(RuntimeError):
@@ -51,7 +54,7 @@ class LLMStage(Stage):
     (:mod:`s2s.compaction`); the stage writes the summary (``summarise``) and the next turn stops it.
     """
 
-    accepts = (Transcript,)
+    accepts: tuple[type[Data], ...] = (Transcript,)  # a backend that hears audio adds SpeechSegment (stt=none)
     emits = (ReplyText,)
     system_prompt: str | None
     history_turns: int
@@ -157,11 +160,12 @@ class LLMStage(Stage):
         """Tokens ``text`` takes in the prompt: about 4 characters a token, unless the backend has a tokenizer."""
         return -(-len(text) // 4)
 
-    def chat_messages(self, user_text: str, instructions: Any = KEEP,
+    def chat_messages(self, user_text: str | list[dict[str, Any]], instructions: Any = KEEP,
                       user_language: str | None = None) -> list[dict[str, Any]]:
         """The prompt: the context's system prompt (always; ``instructions`` replaces it for one turn), the
-        exchanges its window keeps, then ``user_text``. ``user_language`` is the transcript's language code: when
-        it is another than ``language``, the system prompt ends by asking for a reply in it."""
+        exchanges its window keeps, then ``user_text`` (the words, or a backend's content parts for audio).
+        ``user_language`` is the transcript's language code: when it is another than ``language``, the system
+        prompt ends by asking for a reply in it."""
         context = self.context
         window = context.window(self.history_turns, self.history_tokens, self.count_tokens)
         prompt = next(choice for choice in (instructions, context.system_prompt, self.system_prompt)
@@ -179,9 +183,17 @@ class LLMStage(Stage):
             return None
         return f"The user is speaking {name}: always answer in {name}."
 
+    def user_content(self, message: Transcript | SpeechSegment) -> str | list[dict[str, Any]]:
+        """What the model reads of the user's turn: the transcript's words. A backend that hears audio (it
+        ``accepts`` SpeechSegment) returns the segment as its API's content parts."""
+        if isinstance(message, Transcript):
+            return message.text
+        raise TypeError(f"{type(self).__name__} takes text only, not {type(message).__name__}")
+
     def process(self, message: Data) -> Iterator[Message]:
-        """Reply to one transcript, sentence by sentence, then end the turn; the history keeps what was said."""
-        assert isinstance(message, Transcript)
+        """Reply to one transcript (or, for a backend that hears audio, one utterance), sentence by sentence, then
+        end the turn; the history keeps what was said (:data:`SPOKEN_TURN` for an utterance)."""
+        assert isinstance(message, (Transcript, SpeechSegment))
         start = time.perf_counter()
         # a sentence the reply already said ends it (small models loop): every backend stops the same way
         splitter = SentenceSplitter(first_chunk_words=self.first_chunk_words,
@@ -191,8 +203,9 @@ class LLMStage(Stage):
         context = self.context  # the conversation this turn belongs to, even if another is lent meanwhile
         context.cancel_compaction()  # a summary being written gives way to this reply
         plan = context.take_plan(message.turn)
-        messages = self.chat_messages(message.text, plan.instructions, message.language)
-        if message.speculative and TurnVerdict in self.wanted:  # the VAD asks: do these words end the turn?
+        messages = self.chat_messages(self.user_content(message), plan.instructions, message.language)
+        # the VAD asks: do these words end the turn? (an utterance heard as audio has no words to judge)
+        if isinstance(message, Transcript) and message.speculative and TurnVerdict in self.wanted:
             probability = self.end_of_turn_probability(messages)
             if probability is not None:
                 yield TurnVerdict(message.turn, probability)
@@ -204,13 +217,13 @@ class LLMStage(Stage):
         finally:  # also when the runner closes the generator (barge-in, cancel, stop)
             self._turn_tokens = None
             if plan.remember:
-                context.remember(message.turn, message.text,
+                context.remember(message.turn, message.text if isinstance(message, Transcript) else SPOKEN_TURN,
                                  splitter.text.strip() if finished else " ".join(said))
                 if self.compact_history:  # in its own thread: the reply is over
                     context.compact(self.history_turns, self.history_tokens, self.count_tokens, self.summarise)
         yield TurnEnd(message.turn)
 
-    def _reply(self, message: Transcript, messages: list[dict[str, Any]], splitter: SentenceSplitter,
+    def _reply(self, message: Transcript | SpeechSegment, messages: list[dict[str, Any]], splitter: SentenceSplitter,
                said: list[str], start: float, context: ChatContext, plan: TurnPlan = TurnPlan()) -> Iterator[Message]:
         """Stream one reply, running the tools it calls, and yield its sentences as they end.
 
@@ -222,7 +235,7 @@ class LLMStage(Stage):
         splitter's tail is spoken.
 
         Args:
-            message: the user's transcript (its turn and language label every output).
+            message: the user's transcript or utterance (its turn and language label every output).
             messages: the chat so far, ending with the user's text.
             splitter: cuts the reply into TTS chunks; it keeps the whole reply's text for the history.
             said: filled with each chunk as it is yielded, so an interrupted reply remembers what was said.

@@ -1,25 +1,34 @@
 """Any OpenAI-compatible server (vLLM, llama.cpp, Ollama, transformers serve, a hosted API) through ``openai``."""
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
+from s2s import audio
 from s2s.config_errors import Range, ValidationContext
 from s2s.llm.base import FIRST_CHUNK_MIN_WORDS, FIRST_CHUNK_WORDS, LLMStage, ReplyFailed
 from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns,
                               ReplyLanguage, Thinking)
 from s2s.llm.tools import ToolCall, ToolResult, check_module, parse_arguments
+from s2s.messages import SpeechSegment, Transcript
 from s2s.openai_api import cause, check_base_url, connect, detail
 from s2s.stage import require
 from s2s.usage import Usage
 
 OPENAI_HOST = "api.openai.com"  # OpenAI's own API: no chat template, so no chat_template_kwargs
+AUDIO_RATE = 16000  # what utterances are sent at (the pipeline's rate; audio models resample to their own)
 
 
 class OpenAILM(LLMStage):
     """Streams chat replies from an OpenAI-compatible server.
+
+    With ``stt=none`` it hears the user itself: each utterance goes as a WAV in an ``input_audio`` content part
+    of the user message (Chat Completions; the model must take audio: OpenAI's ``gpt-audio`` family, or a local
+    server's Qwen2-Audio, Voxtral, Qwen2.5-Omni, Phi-4-multimodal, ...). Only the current turn carries audio: the
+    history keeps :data:`~s2s.llm.base.SPOKEN_TURN` and the reply for each earlier utterance.
 
     Args:
         model: the model name the server knows.
@@ -76,10 +85,19 @@ class OpenAILM(LLMStage):
                         history_tokens, language, follow_user_language, compact_history, thinking)
         self._client: Any = None
 
+    accepts = (Transcript, SpeechSegment)
+
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         check_base_url(kwargs["base_url"], context)
         check_module(kwargs["tools"], f"{context.group}.tools")
+        if SpeechSegment in context.fed:  # stt=none: the audio itself comes here
+            if kwargs["api"] != "chat_completions":
+                raise context.error("api", kwargs["api"], "chat_completions with stt=none (the audio goes as "
+                                    "Chat Completions input_audio parts)")
+            if urlsplit(str(kwargs["base_url"])).hostname == OPENAI_HOST and "audio" not in kwargs["model"]:
+                raise context.error("model", kwargs["model"], f"a model that takes audio with stt=none on "
+                                    f"{OPENAI_HOST}, e.g. gpt-audio, gpt-audio-mini or gpt-4o-mini-audio-preview")
         if kwargs["thinking"] is None:
             return
         shown = str(kwargs["thinking"]).lower()
@@ -116,6 +134,14 @@ class OpenAILM(LLMStage):
             listed = f" (it lists: {', '.join(served[:10])})" if served else ""
             raise RuntimeError(f"{where}: model {self.model!r} is not served: HTTP {error.status_code}: "
                                f"{detail(error)}{listed}; check llm.model") from None
+
+    def user_content(self, message: Transcript | SpeechSegment) -> str | list[dict[str, Any]]:
+        """A transcript's words, or an utterance as one ``input_audio`` part: a base64 16-bit WAV."""
+        if isinstance(message, Transcript):
+            return message.text
+        wav = audio.wav_bytes(audio.resample(message.samples, message.sample_rate, AUDIO_RATE), AUDIO_RATE)
+        return [{"type": "input_audio",
+                 "input_audio": {"data": base64.b64encode(wav).decode("ascii"), "format": "wav"}}]
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Usage]:
         yield from self._streamed(messages, self.reply_tokens(self.max_tokens), tools=True)

@@ -51,8 +51,8 @@ def shown(specs: list[StageSpec]) -> str:
 
 
 def shape_errors(specs: list[StageSpec]) -> list[ConfigError]:
-    """What keeps ``specs`` from serving sessions: source, a VAD taking audio, ..., an LLM taking transcripts,
-    ..., a stage making reply audio, sink."""
+    """What keeps ``specs`` from serving sessions: source, a VAD taking audio, ..., an STT making transcripts,
+    an LLM taking them, ..., a stage making reply audio, sink."""
     if len(specs) < 4:
         return [ConfigError("pipeline", shown(specs), "source, a VAD (accepts AudioChunk), ..., sink for "
                                                       "server=realtime")]
@@ -65,6 +65,10 @@ def shape_errors(specs: list[StageSpec]) -> list[ConfigError]:
     if _first(after, accepts=Transcript) is None:
         problems.append(ConfigError("pipeline", shown(specs), "a stage after the VAD that accepts Transcript "
                                                               "(an LLM: typed turns are handed to it)"))
+    elif _first(after, makes_kind=Transcript) is None:  # stt=none: the LLM hears the audio, no words come out
+        problems.append(ConfigError("stt", "none", "an STT with server=realtime: a session's user items, its "
+                                    "transcription events and its history are the STT's words (stt=none runs "
+                                    "without server=realtime)"))
     if _first(list(reversed(after)), makes_kind=ReplyAudio) is None:
         problems.append(ConfigError("pipeline", shown(specs), "a stage before the sink that emits ReplyAudio "
                                                               "(a TTS)"))

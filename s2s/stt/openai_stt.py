@@ -2,7 +2,6 @@
 transformers serve, ...) through the ``openai`` package."""
 from __future__ import annotations
 
-import io
 from typing import Annotated, Any
 
 from s2s import audio
@@ -11,14 +10,6 @@ from s2s.openai_api import cause, check_base_url, connect, detail
 from s2s.stage import require
 from s2s.stt.base import STTStage, TranscriptionFailed
 from s2s.languages import WHISPER_LANGUAGES
-
-
-def wav_bytes(samples: Any, rate: int) -> bytes:
-    import soundfile
-
-    buffer = io.BytesIO()
-    soundfile.write(buffer, samples, rate, format="WAV", subtype="PCM_16")
-    return buffer.getvalue()
 
 
 class OpenAISTT(STTStage):
@@ -74,7 +65,7 @@ class OpenAISTT(STTStage):
     def _request(self, samples: Any) -> tuple[str, str | None]:
         """One ``POST /audio/transcriptions``; the SDK's errors pass through (setup reads them its own way)."""
         options: dict[str, Any] = {"language": self.language} if self.language else {"response_format": "verbose_json"}
-        upload = ("speech.wav", wav_bytes(samples, self.sample_rate), "audio/wav")
+        upload = ("speech.wav", audio.wav_bytes(samples, self.sample_rate), "audio/wav")
         result = self._client.audio.transcriptions.create(model=self.model, file=upload, **options)
         language = self.language or language_code(getattr(result, "language", None))
         return (result.text or "").strip(), language
