@@ -32,7 +32,10 @@ def option_classes() -> dict[str, type[Stage]]:
     classes = {}
     for group in ("source", "vad", "stt", "llm", "tts", "sink"):
         for path in sorted((CONF_DIR / group).glob("[!_]*.yaml")):
-            module, _, name = compose_config([f"{group}={path.stem}"])[group]._target_.rpartition(".")
+            option = compose_config([f"{group}={path.stem}"]).get(group)
+            if option is None or "_target_" not in option:  # stt=none: no stage at all
+                continue
+            module, _, name = option._target_.rpartition(".")
             classes[f"{group}={path.stem}"] = getattr(importlib.import_module(module), name)
     return classes
 

@@ -164,8 +164,10 @@ def test_a_voice_changed_in_place_is_judged_by_the_config_rules_and_set_back_on_
 
     spec = lambda group, cls: StageSpec(group, f"tests.{cls.__name__}", cls, {})  # noqa: E731
     # the VAD is the session's (never built by the pool): a real one, so the pool finds it by what it takes
-    pool = Pool([spec("source", Voices), spec("vad", SileroVAD), spec("llm", EchoLM), spec("tts", Voices),
-                 spec("sink", Voices)], size=1)
+    from graph_stages import Recognizer
+
+    pool = Pool([spec("source", Voices), spec("vad", SileroVAD), spec("stt", Recognizer), spec("llm", EchoLM),
+                 spec("tts", Voices), spec("sink", Voices)], size=1)
     pool.setup(warm_up=False)
     pipeline = pool.acquire()
     tts = dict(pipeline.stages)["tts"]
