@@ -14,9 +14,10 @@ import pytest
 
 from s2s.messages import AudioChunk, SpeechSegment, SpeechStarted
 from s2s.server.outbox import UserHeard, UserPartial, UserStarted, UserStopped
-from s2s.server.partials import interim, new_suffix
+from s2s.server.partials import new_suffix
 from s2s.server.stages import SessionVAD, TurnCounter
 from s2s.stt.base import STTStage
+from s2s.stt.incremental import Utterance
 from test_server_items import run, translator
 
 SENTENCE = "The quick brown fox jumps over the lazy dog and then runs all the way back home."  # no comma: no pause
@@ -32,8 +33,16 @@ def test_a_delta_is_what_the_new_text_adds_ignoring_case_and_spaces():
     assert new_suffix("Hello world", "Hello, world. Again") == ". Again"  # punctuation moved: still a prefix
     assert new_suffix("Hello word", "Hello world, again") is None  # Whisper revised a word: nothing
     assert new_suffix("Hello world again", "Hello world") is None  # shorter: it revises too
-    assert interim("The quick brown fo.") == "The quick brown"  # the last word may be cut: held back
-    assert interim("The quick, brown.") == "The quick" and interim("The") == ""
+
+
+def test_an_interim_pass_shows_neither_its_last_word_nor_its_closing_punctuation():
+    def shown(text):
+        utterance = Utterance(0.0, np.zeros(0, np.float32))
+        utterance.update_whole(text, 16000)
+        return utterance.shown()
+
+    assert shown("The quick brown fo.") == "The quick brown"  # the last word may be cut: held back
+    assert shown("The quick, brown.") == "The quick" and shown("The") == ""
 
 
 def test_the_translator_sends_suffixes_and_the_rest_of_the_final_transcript():
@@ -121,6 +130,133 @@ def test_the_session_vad_runs_one_pass_at_a_time_only_while_the_user_voices():
     stt.release.set()
     vad._partials.close()
     assert len(stt.calls) == 3 and len(sent) == 2  # the text came too late for its turn: dropped
+
+
+def test_whole_utterance_passes_commit_what_three_agree_on_and_a_revision_takes_nothing_back():
+    utterance = Utterance(0.0, np.zeros(0, np.float32))
+    for text in ("Turn on", "Turn on the kitchen", "Turn on the kitchen lights and"):
+        utterance.update_whole(text, 16000)
+    assert utterance.committed == ["Turn", "on"]  # all three passes heard them
+    utterance.update_whole("turn on the kitchen lights, and close", 20000)  # case and commas aside: it goes on
+    assert utterance.committed == ["Turn", "on", "the", "kitchen"]
+    assert utterance.shown() == "Turn on the kitchen lights, and"
+    assert utterance.update_whole("Turn off the kitchen lights and close the door.", 24000) == []
+    assert utterance.committed == ["Turn", "on", "the", "kitchen"]  # nothing taken back, nothing new shown
+    assert utterance.shown() == "Turn on the kitchen"
+
+
+def test_passes_come_less_often_as_the_utterance_grows_and_as_they_cost_more():
+    utterance = Utterance(0.0, np.zeros(0, np.float32))
+    seconds = lambda s: int(s * 16000)  # noqa: E731
+    assert not utterance.due(seconds(0.4), 0.5, 16000) and utterance.due(seconds(0.5), 0.5, 16000)
+    utterance.heard = seconds(9.0)  # past 8 s: twice the interval
+    assert not utterance.due(seconds(9.9), 0.5, 16000) and utterance.due(seconds(10.0), 0.5, 16000)
+    utterance.heard = seconds(40.0)  # past 30 s: six times, but never more than 2 s apart
+    assert not utterance.due(seconds(41.9), 0.5, 16000) and utterance.due(seconds(42.0), 0.5, 16000)
+    assert utterance.due(seconds(45.0), 5.0, 16000)  # a longer interval set is kept
+    utterance.cost_s = 1.5  # a pass took 1.5 s: the next waits for 3 s of speech
+    assert not utterance.due(seconds(42.9), 0.5, 16000) and utterance.due(seconds(43.0), 0.5, 16000)
+
+
+class Unsure(STTStage):
+    """A backend that can be made to start with given words but is never sure of such a pass (an utterance over
+    30 s, for faster-whisper)."""
+
+    def transcribe(self, samples):
+        return "the whole of it.", "en"
+
+    def transcribe_from(self, samples, prefix):
+        return None, "en"
+
+
+def test_a_partial_pass_the_backend_is_unsure_of_is_done_again_over_the_whole_utterance():
+    stage, utterance, samples = Unsure(), Utterance(0.0, np.zeros(0, np.float32)), np.zeros(16000, np.float32)
+    assert stage.forces_prefix
+    assert not stage.advance(utterance, samples) and utterance.unsure == 16000  # the turn's own pass retries later
+    assert stage.advance(utterance, samples, whole=True) and utterance.shown() == "the whole of"
+    assert utterance.language == "en" and utterance.heard == 16000
+
+
+# ---------------------------------------------------------------------------------------------- the packaged STT
+class Counted:
+    """Wraps the packaged STT's decodes to count how many run at once (the library is not thread-safe)."""
+
+    def __init__(self, stage):
+        self.running = self.most = 0
+        self.lock = threading.Lock()
+        for name in ("transcribe", "transcribe_from"):
+            setattr(stage, name, self.counting(getattr(stage, name)))
+
+    def counting(self, decode):
+        def counted(*args):
+            with self.lock:
+                self.running += 1
+                self.most = max(self.most, self.running)
+            try:
+                return decode(*args)
+            finally:
+                with self.lock:
+                    self.running -= 1
+        return counted
+
+
+@pytest.fixture(scope="module")
+def progressive(espeak, tmp_path_factory):
+    """The packaged tiny.en over four espeak sentences. Spoken as one utterance (short pauses between them), grown
+    0.1 s at a time, with partial passes every 0.5 s of new speech: the texts delivered and the words committed
+    after each. Then each sentence alone: its turn's own pass racing a partial pass on the same stage, and
+    once more with nothing else running."""
+    from conftest import trimmed
+    from s2s import audio
+    from s2s.server.partials import PartialTranscriber
+    from s2s.stt.faster_whisper import FasterWhisperSTT
+    from test_stt_incremental import SENTENCES
+
+    stage = FasterWhisperSTT()
+    stage.setup()
+    counted = Counted(stage)
+    folder = tmp_path_factory.mktemp("progressive")
+    sentences = [trimmed(audio.read_audio(espeak(text, folder / f"{turn}.wav", rate), 16000))
+                 for turn, (text, rate) in enumerate(SENTENCES)]
+    delivered, committed, partials = [], [], None
+
+    def deliver(turn, shown):
+        if turn == 0:  # the long utterance's (not the racing passes' below)
+            delivered.append(shown)
+            committed.append(list(partials._utterance.committed))  # what the pass that delivered it committed
+
+    partials = PartialTranscriber(stage, 0.5, deliver)
+    speech = np.concatenate([part for sentence in sentences for part in (sentence, audio.silence(0.25, 16000))])
+    for end in range(1600, len(speech), 1600):
+        if partials.due(0, end):
+            partials.start(0, speech[:end])
+            partials.close()
+    finals = []
+    for turn, samples in enumerate(sentences, start=1):
+        partials.start(turn, samples)  # a partial pass racing the turn's own: the stage runs one at a time
+        [final] = list(stage.process(SpeechSegment(samples, 16000, turn, 0.0, 1.0)))
+        partials.close()
+        [alone] = list(stage.process(SpeechSegment(samples, 16000, turn, 0.0, 1.0)))
+        finals.append((final.text, alone.text))
+    assert counted.most == 1  # the partial passes never overlapped the turn's own pass
+    return delivered, committed, finals
+
+
+def test_partials_arrive_while_speaking_and_never_take_back_a_committed_word(progressive):
+    delivered, committed, _ = progressive
+    # passes every 0.5 s of speech, less often past 8 s, and at least twice what the last one took apart: fewer on
+    # a slow or busy CPU (13 s of speech: 4 to 12 here)
+    assert len(delivered) >= 3, delivered
+    for index, words in enumerate(committed):
+        stable = " ".join(words)
+        assert all(new_suffix(stable, later) is not None for later in delivered[index:]), (stable, delivered)
+        assert all(later[:len(words)] == words for later in committed[index:])
+    assert len(committed[-1]) >= 2, delivered  # words settled while the user spoke
+
+
+def test_the_final_transcript_is_the_same_with_partial_passes_as_without(progressive):
+    *_, finals = progressive
+    assert sum(final == alone for final, alone in finals) >= len(finals) - 1, finals
 
 
 # ---------------------------------------------------------------------------------------------- a real server

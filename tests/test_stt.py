@@ -76,18 +76,25 @@ class CountingWhisper(FasterWhisperSTT):
         super().__init__()
         import threading
 
-        self.running = self.most = 0
+        self.running = self.most = self.forced = 0
         self.count_lock = threading.Lock()
 
-    def transcribe(self, samples):
+    def _counted(self, decode, *args):
         with self.count_lock:
             self.running += 1
             self.most = max(self.most, self.running)
         try:
-            return super().transcribe(samples)
+            return decode(*args)
         finally:
             with self.count_lock:
                 self.running -= 1
+
+    def transcribe(self, samples):
+        return self._counted(super().transcribe, samples)
+
+    def transcribe_from(self, samples, prefix):  # a partial pass after committed words decodes only the rest
+        self.forced += 1
+        return self._counted(super().transcribe_from, samples, prefix)
 
 
 def test_partial_passes_and_the_turns_own_pass_never_overlap_on_one_stage(espeak, tmp_path):
@@ -116,5 +123,6 @@ def test_partial_passes_and_the_turns_own_pass_never_overlap_on_one_stage(espeak
     worker.join(120)
     assert not worker.is_alive()
     assert stage.most == 1  # never two passes at once
+    assert stage.forced >= 4  # the partial passes went through transcribe_from too
     finals = [text for text in heard if text == alone]
     assert len(finals) >= 4 and all(text and "kitchen" in text.lower() for text in heard)

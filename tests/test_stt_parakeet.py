@@ -1,5 +1,6 @@
 """stt=parakeet through onnx-asr (its preprocessor, encoder call and TDT decoding loop) on a tiny ONNX model
-that always says "hello", and through parakeet-mlx on mlx[cpu] with a tiny random model; platform rules
+that always says "hello", and through parakeet-mlx on mlx[cpu] with a tiny random model; with language=null, each
+turn's language detected from its text (lingua) and kept over a text too short to tell; platform rules
 (Apple silicon -> mlx) and validation before loading."""
 from __future__ import annotations
 
@@ -33,6 +34,39 @@ def test_onnx_asr_transcribes_each_utterance(onnx_dir):
     stage.language = None
     assert list(stage.process(segment(turn=4))) == [Transcript("hello", 4, None)]
     stage.close()
+
+
+# the tiny model says one word per encoder frame (80 ms): a tenth of a second is "Ja, gerne.", a second all of it
+GERMAN = "Ja, gerne. Ich möchte heute Abend einen Tisch für zwei Personen reservieren."
+
+
+@pytest.fixture(scope="module")
+def detecting(tmp_path_factory):
+    pytest.importorskip("onnx_asr")
+    pytest.importorskip("onnx")
+    pytest.importorskip("lingua")
+    folder = tiny_parakeet.build_onnx(tmp_path_factory.mktemp("parakeet") / "german", said=GERMAN)
+    stage = ParakeetSTT(model=str(folder), backend="onnx", language=None)
+    stage.setup()
+    stage.warm_up()  # the warm-up's silence says the whole sentence too: it must leave no language behind
+    yield stage
+    stage.close()
+
+
+def test_language_null_detects_each_turn_and_a_short_text_keeps_the_last(detecting):
+    def heard(turn, seconds, language=None):
+        samples = tiny_whisper.tone(220.0, seconds, 16000)
+        [out] = list(detecting.process(SpeechSegment(samples, 16000, turn, 0.0, seconds, language=language)))
+        return out.text, out.language
+
+    detecting.reset()
+    assert heard(1, 0.1) == ("Ja, gerne.", None)  # too short to name a language, and none was detected before
+    assert heard(2, 1.0) == (GERMAN, "de")
+    assert heard(3, 0.1) == ("Ja, gerne.", "de")  # kept
+    assert heard(4, 1.0, language="it") == (GERMAN, "it")  # the session's language is the label; nothing detected
+    assert heard(5, 0.1) == ("Ja, gerne.", "de")
+    detecting.reset()  # a new conversation (a pooled pipeline released) starts with no language
+    assert heard(6, 0.1) == ("Ja, gerne.", None)
 
 
 def test_mlx_backend_runs_parakeet_mlx(tmp_path):

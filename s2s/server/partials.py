@@ -2,9 +2,16 @@
 
 The session's VAD (:class:`~s2s.server.stages.SessionVAD`) offers the utterance so far after each input chunk;
 :class:`PartialTranscriber` runs one pass at a time in a worker thread with the session pipeline's STT stage
-(the VAD and graph threads never wait for it; the stage runs one pass at a time, its own turn's included) and hands the text back through a callback that may still drop
-it (the turn moved on while the pass ran). The Realtime API's deltas are appended text, so
-:func:`new_suffix` decides what a pass, and the final transcript, add to what the client already has.
+(the VAD and graph threads never wait for it; the stage runs one pass at a time, its own turn's included) and
+hands the text back through a callback that may still drop it (the turn moved on while the pass ran).
+
+The passes are the STT's own incremental passes (:meth:`STTStage.advance` over an
+:class:`~s2s.stt.incremental.Utterance`, which the session keeps for its open turn): progressive, as the reference
+system's live transcription is. The words consecutive passes agree on are committed and never taken back (a
+backend that can be made to start with them, faster-whisper, then decodes only what follows them); what is shown
+is those words and the last pass's guesses less its last word; the passes come less often as the utterance grows
+and as they cost more. The Realtime API's deltas are appended text, so :func:`new_suffix` decides what a pass, and
+the final transcript, add to what the client already has.
 """
 from __future__ import annotations
 
@@ -16,10 +23,10 @@ import numpy as np
 
 from s2s import audio
 from s2s.stt.base import STTStage
+from s2s.stt.incremental import Utterance
 
 log = logging.getLogger("s2s.server")
 
-OPEN_END = " .,;:!?\u2026"  # an interim pass ends where the audio does: closing punctuation there is a guess
 JOIN_S = 5.0  # closing a session waits this long for a pass still running (the STT goes back to the pool)
 
 
@@ -43,56 +50,58 @@ def new_suffix(sent: str, text: str) -> str | None:
     return text[at:] if matched else text
 
 
-def interim(text: str) -> str:
-    """What an interim pass's text may show: without its last word, which the audio may cut in the middle
-    (Whisper guesses a word from half of it), nor the closing punctuation Whisper puts where the audio stops."""
-    words = text.split()
-    return text[:text.rstrip().rfind(words[-1])].rstrip(OPEN_END) if len(words) > 1 else ""
-
-
 class PartialTranscriber:
-    """At most one interim pass at a time, each in its own worker thread.
+    """At most one interim pass at a time, each in its own worker thread, over the open turn's utterance.
 
     Args:
-        stt: the session pipeline's STT stage (``transcribe(samples)`` at its ``sample_rate``).
-        every_s: seconds of new speech between two passes over the same utterance.
+        stt: the session pipeline's STT stage.
+        every_s: seconds of new speech between two passes over the same utterance (more as it grows or as
+            passes cost more: :meth:`Utterance.due`).
         deliver: called in the worker with ``(turn, text)``; it decides whether the text still goes out.
     """
 
     def __init__(self, stt: STTStage, every_s: float, deliver: Callable[[int, str], None],
                  sample_rate: int = 16000) -> None:
-        self.stt, self.deliver, self.sample_rate = stt, deliver, sample_rate
-        self.every = max(1, int(every_s * sample_rate))
+        self.stt, self.deliver, self.sample_rate, self.every_s = stt, deliver, sample_rate, every_s
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
         self._turn: int | None = None
-        self._done = 0  # samples of the open utterance the last pass started with
+        self._utterance: Utterance | None = None  # the open turn's committed words (None: no pass yet)
 
     def due(self, turn: int, length: int) -> bool:
         """Whether ``length`` samples of ``turn`` call for a pass now (and none is running)."""
         with self._lock:
             if self._turn != turn:
-                self._turn, self._done = turn, 0
-            return length - self._done >= self.every and not (self._worker and self._worker.is_alive())
+                self._turn, self._utterance = turn, None
+            if self._worker and self._worker.is_alive():
+                return False
+            if self._utterance is None:
+                return length >= self.every_s * self.sample_rate
+            return self._utterance.due(length * self.stt.sample_rate // self.sample_rate, self.every_s,
+                                       self.stt.sample_rate)
 
     def start(self, turn: int, samples: np.ndarray, language: str | None = None) -> None:
         """Transcribe ``samples`` (the utterance so far, at ``sample_rate``; in ``language``, None: the STT's
         own) in a worker thread."""
+        samples = audio.resample(samples, self.sample_rate, self.stt.sample_rate)
         with self._lock:
             if self._worker is not None and self._worker.is_alive():
                 return
-            self._turn, self._done = turn, len(samples)
-            self._worker = threading.Thread(target=self._pass, args=(turn, samples, language), daemon=True,
-                                            name=f"s2s-partial-{turn}")
+            if self._turn != turn or self._utterance is None:
+                self._turn, self._utterance = turn, Utterance(float(turn), samples)
+            utterance = self._utterance
+            self._worker = threading.Thread(target=self._pass, args=(turn, utterance, samples, language),
+                                            daemon=True, name=f"s2s-partial-{turn}")
             self._worker.start()
 
-    def _pass(self, turn: int, samples: np.ndarray, language: str | None) -> None:
+    def _pass(self, turn: int, utterance: Utterance, samples: np.ndarray, language: str | None) -> None:
         try:
-            text, _ = self.stt.recognise(audio.resample(samples, self.sample_rate, self.stt.sample_rate), language)
+            sure = self.stt.advance(utterance, samples, language, whole=True)
         except Exception as error:  # an interim pass failing costs nothing but that delta
             log.warning("turn %d: partial transcript failed: %s: %s", turn, type(error).__name__, error)
+            utterance.heard = len(samples)  # the next pass waits as after any other
             return
-        if text := interim(text.strip()):
+        if sure and (text := utterance.shown()):
             self.deliver(turn, text)
 
     def close(self) -> None:

@@ -33,8 +33,9 @@ class ServerSettings:
         max_queued_events: events waiting for a client that does not read them; one more closes its session
             (an ``error``, close code 1008), so a silent client cannot grow the server's memory.
         partial_transcripts_s: while the user speaks, the utterance so far is transcribed again after each this
-            many seconds of new speech, and what it adds goes out as ``input_audio_transcription.delta``;
-            null: one delta with the whole transcript, just before ``.completed``.
+            many seconds of new speech (more as it grows or as passes cost more: progressive, ``s2s.server.partials``),
+            and what it adds goes out as ``input_audio_transcription.delta``; null: one delta with the whole
+            transcript, just before ``.completed``.
         log_transcripts: the users' and the assistant's words go to the log, each session's transcript.jsonl
             and metrics.json, and ``GET /v1/sessions``; off (the default), only the figures do.
         visemes: every session starts with ``audio.output.visemes`` on: its replies carry timed mouth shapes

@@ -3,11 +3,14 @@
 A backend whose decoder can be made to start with given words also writes
 ``transcribe_from``: with ``incremental_s`` set, the stage then decodes the utterance while the user speaks
 (:mod:`s2s.stt.incremental`) and the end of speech costs only the tail. Other backends keep the whole-utterance pass.
+:meth:`STTStage.advance` is the one pass over an open utterance, for the stage's own incremental decoding and for
+the realtime server's partial transcripts alike.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -47,7 +50,6 @@ class STTStage(Stage):
     # seconds of new speech between two passes over the open utterance; None: one pass at the end (the default)
     incremental_s: float | None = None
     _utterance: Utterance | None = None  # the open utterance's committed words (per utterance, never longer)
-    _language: str | None = None  # the language of the last incremental pass
     language: str | None = None  # backends set their configured one
 
     @property
@@ -70,6 +72,36 @@ class STTStage(Stage):
         ``language``: the speaker's (None: the stage's own)."""
         with self._one_at_a_time(language):
             return self.transcribe(samples)
+
+    @property
+    def forces_prefix(self) -> bool:
+        """The backend writes ``transcribe_from``: a pass decodes only what follows the committed words."""
+        return type(self).transcribe_from is not STTStage.transcribe_from
+
+    def advance(self, utterance: Utterance, samples: Any, language: str | None = None, whole: bool = False) -> bool:
+        """One pass over ``samples`` (the open utterance so far, at ``sample_rate``) that commits in ``utterance``
+        the words it and the passes before it agree on; one call at a time per stage, as :meth:`recognise`.
+        False: the backend was not sure of this pass, and nothing was committed. ``whole``: such a pass is done
+        again over the whole utterance (a partial transcript has no end-of-turn retry to wait for). Raises
+        :class:`TranscriptionFailed` as ``transcribe`` does."""
+        started = time.perf_counter()
+        forced = self.forces_prefix
+        try:
+            with self._one_at_a_time(language):
+                rest, heard_in = self.transcribe_from(samples, utterance.prefix) if forced else (None, None)
+                if not forced or (rest is None and whole):
+                    (rest, heard_in), forced = self.transcribe(samples), False
+        finally:
+            utterance.cost_s = time.perf_counter() - started
+        if rest is None:  # an unsure pass commits nothing; the next one may be sure
+            utterance.unsure = len(samples)
+            return False
+        if forced:
+            utterance.update(rest, len(samples))
+        else:
+            utterance.update_whole(rest, len(samples))
+        utterance.language = heard_in
+        return True
 
     @contextmanager
     def _one_at_a_time(self, language: str | None = None) -> Iterator[None]:
@@ -118,20 +150,15 @@ class STTStage(Stage):
         utterance = self._utterance
         if utterance is None or not utterance.holds(message.start_s, samples):
             utterance = self._utterance = Utterance(message.start_s, samples)
-        due = len(samples) - utterance.heard >= self.incremental_s * self.sample_rate or message.paused
+        due = utterance.due(len(samples), self.incremental_s, self.sample_rate, cost=0.0) or message.paused
         if len(samples) == utterance.heard or not due:
             return
         try:
-            with self._one_at_a_time(message.language):
-                rest, language = self.transcribe_from(samples, utterance.prefix)
+            if not self.advance(utterance, samples, message.language):
+                return
         except TranscriptionFailed as error:  # a pass failing costs only what it would have committed
             log.warning("turn %d: incremental pass failed: %s", message.turn, error)
             return
-        if rest is None:  # an unsure pass commits nothing; the next one may be sure
-            utterance.unsure = len(samples)
-            return
-        utterance.update(rest, len(samples))
-        self._language = language
         if TranscriptSoFar in self.wanted and (text := utterance.shown()):
             yield TranscriptSoFar(message.turn, text)
 
@@ -143,7 +170,7 @@ class STTStage(Stage):
         if utterance is None or not utterance.holds(key, samples) or len(samples) < utterance.heard:
             utterance = self._utterance = Utterance(key, samples)
         if utterance.heard == len(samples):
-            return utterance.text(), self._language
+            return utterance.text(), utterance.language
         if utterance.unsure == len(samples):  # the pass at the pause was not sure of this very audio: retry at once
             return self.recognise(samples, language)
         with self._one_at_a_time(language):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from s2s.config_errors import OneOf, ValidationContext
+from s2s.language_id import TextLanguage
 from s2s.models import local_path, model_folder_error
 from s2s.runtimes import ByBackend, Runtime
 from s2s.stage import require
@@ -15,6 +16,9 @@ MODELS = {
     "parakeet-tdt-0.6b-v2": {"onnx": "nemo-parakeet-tdt-0.6b-v2", "mlx": "mlx-community/parakeet-tdt-0.6b-v2"},
     "parakeet-tdt-0.6b-v3": {"onnx": "nemo-parakeet-tdt-0.6b-v3", "mlx": "mlx-community/parakeet-tdt-0.6b-v3"},
 }
+# what v3 transcribes (its model card), and so what a transcript's language is detected among
+V3_LANGUAGES = ("bg", "hr", "cs", "da", "nl", "en", "et", "fi", "fr", "de", "el", "hu", "it", "lv", "lt", "mt", "pl",
+                "pt", "ro", "sk", "sl", "es", "sv", "ru", "uk")
 
 
 class ParakeetSTT(STTStage):
@@ -26,8 +30,10 @@ class ParakeetSTT(STTStage):
             ``vocab.txt``; mlx: ``config.json``, ``model.safetensors``) or a hub id of the backend.
         backend: ``onnx`` (onnx-asr on onnxruntime) or ``mlx`` (parakeet-mlx); Apple silicon picks mlx.
         quantization: onnx only: null (float32) or int8 (the ``*.int8.onnx`` files).
-        language: the language the transcript is labelled with (Parakeet does not report one); null leaves it
-            unknown, so a language-switching TTS keeps its own.
+        language: the language every transcript is labelled with (Parakeet reports none); null: detected per
+            turn from the text (:mod:`s2s.language_id`, lingua, among v3's languages). A text too short or too
+            unsure to name a language keeps the last one detected (none before the first: the LLM and a
+            language-switching TTS keep their own).
     """
 
     requires = ByBackend({"onnx": Runtime("onnxruntime"), "mlx": Runtime("mlx")})
@@ -40,6 +46,8 @@ class ParakeetSTT(STTStage):
         self.quantization = quantization
         self.language = language
         self._model: Any = None
+        self._languages: TextLanguage | None = None  # the detector, loaded when language is null
+        self._last_language: str | None = None  # the conversation's last detected language; reset() forgets it
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
@@ -66,20 +74,44 @@ class ParakeetSTT(STTStage):
             onnx_asr = require("onnx_asr", backend="stt=parakeet (backend=onnx)", extra="parakeet")
             kind = "nemo-conformer-tdt" if local else source  # a folder: its files say the rest
             self._model = onnx_asr.load_model(kind, source if local else None, quantization=self.quantization)
+        if self.language is None:
+            require("lingua", backend="stt=parakeet (language=null)", extra="parakeet")
+            self._languages = TextLanguage(V3_LANGUAGES)
 
     def transcribe(self, samples: Any) -> tuple[str, str | None]:
-        """The text, labelled with ``language`` (Parakeet reports none)."""
+        """The text, labelled with ``language``, or with the language detected from it (Parakeet reports none)."""
         if self.backend == "mlx":
             import mlx.core as mx
             from parakeet_mlx.audio import get_logmel
 
             mel = get_logmel(mx.array(samples), self._model.preprocessor_config)
-            return self._model.generate(mel)[0].text.strip(), self.language
-        return str(self._model.recognize(samples, sample_rate=self.sample_rate)).strip(), self.language
+            text = self._model.generate(mel)[0].text.strip()
+        else:
+            text = str(self._model.recognize(samples, sample_rate=self.sample_rate)).strip()
+        return text, self.text_language(text)
+
+    def text_language(self, text: str) -> str | None:
+        """``language`` when set (the configured one, or the one the segment names), else the text's own, else the
+        last one detected."""
+        if self.language is not None or self._languages is None:
+            return self.language
+        if (found := self._languages.detect(text)) is not None:
+            self._last_language = found
+        return self._last_language
+
+    def warm_up(self) -> None:
+        super().warm_up()
+        self._last_language = None  # what the warm-up heard is no one's language
+
+    def reset(self) -> None:
+        super().reset()
+        self._last_language = None
 
     def close(self) -> None:
         self._model = None
+        self._languages = None
 
     def describe(self) -> dict[str, Any]:
         return {"model": self._source()[0], "backend": self.backend,
-                "device": "mlx (Metal)" if self.backend == "mlx" else "cpu (onnxruntime)"}
+                "device": "mlx (Metal)" if self.backend == "mlx" else "cpu (onnxruntime)",
+                "language": self.language or "detected from the text (lingua)"}
