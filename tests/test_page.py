@@ -47,11 +47,16 @@ def server(tmp_path_factory):
 
 
 def speech_file(espeak, folder: Path, lines: list[tuple[str, float]]) -> Path:
-    """Each text after a second of silence and followed by its own: a 16-bit WAV for chromium's fake microphone."""
+    """Each text after silence and followed by its own: a 16-bit WAV for chromium's fake microphone.
+
+    The first text waits 3 s: the fake microphone starts when the page asks for it, and a WebRTC call on a busy
+    machine connected after the first second, so the server heard only the end of the first question (CI, twice).
+    """
     parts, rate = [], 22050
     for index, (text, silence_s) in enumerate(lines):
         samples, rate = soundfile.read(espeak(text, folder / f"line{index}.wav"), dtype="float32")
-        parts += [np.zeros(int(rate * 1.0), np.float32), samples, np.zeros(int(rate * silence_s), np.float32)]
+        lead_s = 3.0 if index == 0 else 1.0
+        parts += [np.zeros(int(rate * lead_s), np.float32), samples, np.zeros(int(rate * silence_s), np.float32)]
     path = folder / "microphone.wav"
     soundfile.write(path, np.concatenate(parts), rate, subtype="PCM_16")
     return path
