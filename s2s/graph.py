@@ -19,6 +19,7 @@ from typing import Protocol
 
 from s2s.messages import (AudioChunk, Control, Data, EndOfStream, Message, Metric, Progress, ReplyAudio, ReplyText,
                           SpeechSegment, Transcript, TurnDiscarded, TurnEnd)
+from s2s import turn_order
 from s2s.stage import Source, Stage
 from s2s.turn_gate import TurnGate
 
@@ -152,6 +153,10 @@ class Graph:
         self._writer = None if self._voice is None else maker(stages, stages[self._voice][1].accepts or (ReplyText,))
         self._first_out: dict[int, threading.Event] = {}
         self._first_out_lock = threading.Lock()
+        # the model stages' calls take turns with other pipelines' (a server's, when it orders them): s2s.turn_order
+        self._ranks = turn_order.Ranks()
+        self._ordered = {index for index in range(1, self._sink)
+                         if set(makes(stages[index][1])) & {Transcript, ReplyText, ReplyAudio}}
         # feedback: a control that a stage ``takes`` (the VAD a TurnVerdict) goes back to it from whichever later
         # stage emits it; each stage is told what is wanted, so none makes feedback that nobody reads
         self._takers = {kind: index for index, (_, stage) in enumerate(stages) if index > 0 for kind in stage.takes}
@@ -310,7 +315,10 @@ class Graph:
                 raise TypeError(f"{type(stage).__name__} accepts {', '.join(k.__name__ for k in stage.accepts)}, "
                                 f"not {type(message).__name__}: check the pipeline order")
             self.observer.on_input(name, message, time.perf_counter())
-            self._drain(index, stage.process(message), message)
+            outputs = stage.process(message)
+            if index in self._ordered:
+                outputs = turn_order.ordered(outputs, lambda seen=message: self._ranks.of(seen))
+            self._drain(index, outputs, message)
             self.observer.on_done(name, message, time.perf_counter())
             if index == self._voice:
                 self._piece_made(message)  # the piece is done, even if it made no output
@@ -342,6 +350,8 @@ class Graph:
     def _piece_made(self, message: Message) -> None:
         """The voice made output of, or finished, a piece of ``message``'s turn: its feeder goes on."""
         turn = getattr(message, "turn", None)
+        if isinstance(turn, int):
+            self._ranks.spoke(turn)  # the rest of its reply waits behind other turns' first audio
         if self.first_audio_wait_s > 0 and isinstance(turn, int):
             self._first_output(turn).set()
 

@@ -171,10 +171,18 @@ def threads_per_pipeline(pipelines: int) -> int | None:
     library decides). Each gets its share of the cores this process may use: four sessions each running a
     library with a thread per core would put four times the cores' threads on them, and their spinning OpenMP
     threads take the time the work needs (measured: p90 3.9 s against 2.6 s for four sessions on two cores)."""
-    if pipelines <= 1:
-        return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // pipelines)
+    return None if pipelines <= 1 else max(1, _cores() // pipelines)
+
+
+def model_slots(pipelines: int, threads: int | None) -> int | None:
+    """How many of ``pipelines`` may run a model call at once, each with ``threads`` threads, on this process's
+    cores (None: all of them, no order needed; :mod:`s2s.turn_order` serves the rest in turn)."""
+    slots = None if threads is None else max(1, _cores() // threads)
+    return None if slots is None or slots >= pipelines else slots
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def machine_info() -> dict[str, object]:

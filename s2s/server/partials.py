@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from s2s import audio
+from s2s import audio, turn_order
 from s2s.stt.base import STTStage
 from s2s.stt.incremental import Utterance
 
@@ -96,7 +96,8 @@ class PartialTranscriber:
 
     def _pass(self, turn: int, utterance: Utterance, samples: np.ndarray, language: str | None) -> None:
         try:
-            sure = self.stt.advance(utterance, samples, language, whole=True)
+            with turn_order.slot(turn_order.ahead()):  # behind every turn's reply (s2s.turn_order)
+                sure = self.stt.advance(utterance, samples, language, whole=True)
         except Exception as error:  # an interim pass failing costs nothing but that delta
             log.warning("turn %d: partial transcript failed: %s: %s", turn, type(error).__name__, error)
             utterance.heard = len(samples)  # the next pass waits as after any other

@@ -28,10 +28,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from omegaconf import DictConfig
 
-from s2s import sharing, tracing
+from s2s import sharing, tracing, turn_order
 from s2s.config import StageSpec
 from s2s.graph import StageSetupError
-from s2s.platform import threads_per_pipeline
+from s2s.platform import model_slots, threads_per_pipeline
 from s2s.server import protocol
 from s2s.server.client_secrets import ClientSecrets
 from s2s.server.handshake import PATH, authorized, listen, presented_keys, refuse
@@ -69,6 +69,7 @@ def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSetting
     sharing.enable(users=settings.max_sessions)
     share = threads_per_pipeline(settings.max_sessions)  # runner.threads, where set, wins
     specs = [dataclasses.replace(spec, threads=spec.threads or share) for spec in specs]
+    turn_order.configure(model_slots(settings.max_sessions, max((spec.threads or 0) for spec in specs) or None))
     pool = Pool(specs, settings.max_sessions)
     try:
         pool.setup(warm_up=bool(cfg.runner.warm_up))
@@ -85,6 +86,7 @@ def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSetting
     finally:
         pool.close()
         sharing.enable(False)  # the shared weights go with the pipelines (a program's server may be one of many)
+        turn_order.configure(None)
 
 
 async def _serve(server: SessionServer, stop_when: threading.Event | None,
