@@ -1,6 +1,7 @@
 """``python -m s2s.bench server --sessions N --seconds T``: a bounded load on the realtime server, loopback only.
 
-N clients speak the same question at the pace of speech, turn after turn, for T seconds. Voice-to-voice is
+N clients speak the same question at the pace of speech, turn after turn, for T seconds; like a person, each
+speaks again once the reply has played (its microphone sending silence meanwhile). Voice-to-voice is
 measured on each client's clock, from the end of the question's speech (its last voiced sample, as sent) to
 the first reply audio received, so endpointing, the network hop and every stage are in it. Without ``--url``
 the command starts a server itself (``run.py server=realtime server.port=0 server.max_sessions=N``, plus any
@@ -77,6 +78,14 @@ async def send_paced(socket: Any, samples: np.ndarray, rate: int = RATE) -> floa
     return start
 
 
+async def send_silence_until(socket: Any, until: float) -> None:
+    """A microphone's silence, at the pace of speech, until ``until`` (``time.monotonic()``)."""
+    block = base64.b64encode(bytes(2 * int(CHUNK_S * RATE))).decode()
+    while (left := until - time.monotonic()) > 0:
+        await socket.send(json.dumps({"type": "input_audio_buffer.append", "audio": block}))
+        await asyncio.sleep(min(CHUNK_S, left))
+
+
 async def _client(url: str, api_key: str | None, speech: np.ndarray, deadline: float, load: Load,
                   reply_timeout_s: float) -> None:
     from websockets.asyncio.client import connect
@@ -90,18 +99,23 @@ async def _client(url: str, api_key: str | None, speech: np.ndarray, deadline: f
             load.refused += 1
             return
         load.held += 1
-        done: asyncio.Queue[tuple[str, float | None]] = asyncio.Queue()
+        done: asyncio.Queue[tuple[str, float | None, float]] = asyncio.Queue()
         first_audio: list[float] = []
+        reply_bytes = [0]
 
         async def receive() -> None:
             async for frame in socket:
                 event = json.loads(frame)
                 kind = event.get("type")
-                if kind == "response.output_audio.delta" and not first_audio:
-                    first_audio.append(time.monotonic())
+                if kind == "response.output_audio.delta":
+                    if not first_audio:
+                        first_audio.append(time.monotonic())
+                    reply_bytes[0] += len(base64.b64decode(event.get("delta", "")))
                 elif kind == "response.done":
-                    done.put_nowait((event["response"]["status"], first_audio[0] if first_audio else None))
+                    done.put_nowait((event["response"]["status"], first_audio[0] if first_audio else None,
+                                     reply_bytes[0] / 2 / RATE))  # PCM16 at the session's (default) rate
                     first_audio.clear()
+                    reply_bytes[0] = 0
                 elif kind == "error":
                     load.errors.append(event["error"].get("message", ""))
 
@@ -111,10 +125,12 @@ async def _client(url: str, api_key: str | None, speech: np.ndarray, deadline: f
                 start = await send_paced(socket, np.concatenate([speech, silence]))
                 spoken_end = start + end_of_speech
                 try:
-                    status, audio_at = await asyncio.wait_for(done.get(), reply_timeout_s)
+                    status, audio_at, reply_s = await asyncio.wait_for(done.get(), reply_timeout_s)
                 except TimeoutError:
                     load.failed += 1
                     break
+                if audio_at is not None:  # the user listens to the whole reply before speaking again
+                    await send_silence_until(socket, audio_at + reply_s)
                 if status == "completed" and audio_at is not None:
                     load.completed += 1
                     load.voice_to_voice.append(audio_at - spoken_end)
