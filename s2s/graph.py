@@ -155,8 +155,8 @@ class Graph:
         self._first_out_lock = threading.Lock()
         # the model stages' calls take turns with other pipelines' (a server's, when it orders them): s2s.turn_order
         self._ranks = turn_order.Ranks()
-        self._ordered = {index for index in range(1, self._sink)
-                         if set(makes(stages[index][1])) & {Transcript, ReplyText, ReplyAudio}}
+        self._ordered = {index for index in range(1, self._sink) if stages[index][1].on_cores
+                         and set(makes(stages[index][1])) & {Transcript, ReplyText, ReplyAudio}}
         # feedback: a control that a stage ``takes`` (the VAD a TurnVerdict) goes back to it from whichever later
         # stage emits it; each stage is told what is wanted, so none makes feedback that nobody reads
         self._takers = {kind: index for index, (_, stage) in enumerate(stages) if index > 0 for kind in stage.takes}

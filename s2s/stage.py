@@ -57,6 +57,9 @@ class Stage:
     # the runtime library it needs where some platforms have none (mlx, ...), one per backend value or one for all;
     # the validator checks it against platform.unavailable, so a stage never looks at the platform
     requires: ClassVar[Runtime | ByBackend | None] = None
+    # its calls compute on this process's cores (False: a remote API, which waits on the network): a server with
+    # more pipelines than cores runs such calls in turn (s2s.turn_order)
+    on_cores: ClassVar[bool] = True
     # control messages a later stage emits that the runner hands back to this one (``steer``), e.g. TurnVerdict
     takes: tuple[type[Control], ...] = ()  # a class or an instance attribute (the VAD's depends on its turn group)
     # progress on an open turn this stage would like from the one before it (an STT: the speech so far)

@@ -76,10 +76,10 @@ def slots() -> int | None:
     return None if _order is None else _order.slots
 
 
-def slot(rank: Rank) -> Any:
-    """A context that holds a slot (at once while the order is off)."""
+def slot(rank: Rank, on_cores: bool = True) -> Any:
+    """A context that holds a slot (at once while the order is off, or for a call that is not ``on_cores``)."""
     order = _order
-    return nullcontext() if order is None else order.slot(rank)
+    return nullcontext() if order is None or not on_cores else order.slot(rank)
 
 
 def ahead() -> Rank:

@@ -147,3 +147,20 @@ def test_pipelines_model_calls_take_turns_and_a_reply_that_has_spoken_waits_behi
     assert Busy.most[0] == 1 and all(len(voice.made) == 3 for _, voice in pipelines)
     graph = pipelines[0][0]
     assert graph._ranks.of(ReplyText("more.", 0))[0] == turn_order.REST
+
+
+def test_a_stage_that_waits_on_the_network_takes_no_slot():
+    """A remote API's call waits on the network, not the cores: ordering it would hold other sessions back."""
+    from s2s.llm.openai_lm import OpenAILM
+    from s2s.stt.openai_stt import OpenAISTT
+    from s2s.tts.openai_tts import OpenAITTS
+
+    assert not any(kind.on_cores for kind in (OpenAILM, OpenAISTT, OpenAITTS))
+
+    class Remote(Busy):
+        on_cores = False
+
+    stages = [("source", CountingSource(turns=1)), ("vad", Segmenter()),
+              ("stt", Busy(SpeechSegment, Transcript)), ("llm", Remote(Transcript, ReplyText)),
+              ("tts", Busy(ReplyText, ReplyAudio)), ("sink", Collector())]
+    assert Graph(stages)._ordered == {2, 4}

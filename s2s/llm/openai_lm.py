@@ -59,6 +59,8 @@ class OpenAILM(LLMStage):
             system prompt asks for the reply in that language.
     """
 
+    on_cores = False  # it waits on the network: never in a server's turn order
+
     def __init__(self, model: str, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
                  api: Literal["chat_completions", "responses"] = "chat_completions",
                  temperature: Annotated[float, Range(0, 2)] | None = None,

@@ -96,7 +96,7 @@ class PartialTranscriber:
 
     def _pass(self, turn: int, utterance: Utterance, samples: np.ndarray, language: str | None) -> None:
         try:
-            with turn_order.slot(turn_order.ahead()):  # behind every turn's reply (s2s.turn_order)
+            with turn_order.slot(turn_order.ahead(), self.stt.on_cores):  # behind every turn's reply
                 sure = self.stt.advance(utterance, samples, language, whole=True)
         except Exception as error:  # an interim pass failing costs nothing but that delta
             log.warning("turn %d: partial transcript failed: %s: %s", turn, type(error).__name__, error)

@@ -24,6 +24,8 @@ class OpenAISTT(STTStage):
         timeout_s: how long one request may take before the turn is dropped with an error.
     """
 
+    on_cores = False  # it waits on the network: never in a server's turn order
+
     def __init__(self, model: str = "whisper-1", base_url: str = "https://api.openai.com/v1",
                  api_key: str | None = None, language: Annotated[str, OneOf(WHISPER_LANGUAGES)] | None = "en",
                  timeout_s: Annotated[float, Range(0, exclusive=True)] = 30.0) -> None:

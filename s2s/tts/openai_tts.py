@@ -33,6 +33,8 @@ class OpenAITTS(TTSStage):
         timeout_s: how long the server may take to connect or send the next piece before the chunk is dropped.
     """
 
+    on_cores = False  # it waits on the network: never in a server's turn order
+
     voice_key = "voice"
     speed_key = "speed"
     runtime_keys = frozenset({"voice", "speed", "instructions"})
