@@ -166,18 +166,21 @@ def reset_peak_memory() -> bool:
         return False
 
 
-def threads_per_pipeline(pipelines: int) -> int | None:
-    """The CPU threads each stage library gets when ``pipelines`` may run at once (None: one pipeline, the
-    library decides). Each gets its share of the cores this process may use: four sessions each running a
-    library with a thread per core would put four times the cores' threads on them, and their spinning OpenMP
-    threads take the time the work needs (measured: p90 3.9 s against 2.6 s for four sessions on two cores)."""
-    return None if pipelines <= 1 else max(1, _cores() // pipelines)
+def threads_per_pipeline(pipelines: int, cores: int | None = None) -> int | None:
+    """The CPU threads each stage library gets when ``pipelines`` may run at once on ``cores`` (None: this
+    process's cores, and for one pipeline the library decides; a Ray replica passes the CPUs Ray reserved for it).
+    Each gets its share: four sessions each running a library with a thread per core would put four times the
+    cores' threads on them, and their spinning OpenMP threads take the time the work needs (measured: p90 3.9 s
+    against 2.6 s for four sessions on two cores)."""
+    if cores is None and pipelines <= 1:
+        return None
+    return max(1, (cores or _cores()) // pipelines)
 
 
-def model_slots(pipelines: int, threads: int | None) -> int | None:
-    """How many of ``pipelines`` may run a model call at once, each with ``threads`` threads, on this process's
-    cores (None: all of them, no order needed; :mod:`s2s.turn_order` serves the rest in turn)."""
-    slots = None if threads is None else max(1, _cores() // threads)
+def model_slots(pipelines: int, threads: int | None, cores: int | None = None) -> int | None:
+    """How many of ``pipelines`` may run a model call at once, each with ``threads`` threads, on ``cores`` (None:
+    this process's), or None: all of them, no order needed; :mod:`s2s.turn_order` serves the rest in turn."""
+    slots = None if threads is None else max(1, (cores or _cores()) // threads)
     return None if slots is None or slots >= pipelines else slots
 
 

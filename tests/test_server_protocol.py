@@ -542,3 +542,27 @@ def test_each_pipeline_gets_its_share_of_the_cores():
     cores = len(os.sched_getaffinity(0))
     assert threads_per_pipeline(1) is None  # one pipeline: the libraries decide, as in a local run
     assert threads_per_pipeline(2) == max(1, cores // 2) and threads_per_pipeline(64) == 1
+    # a Ray replica's pipelines share the CPUs Ray reserved for it (server.replica_cpus), even a lone one
+    assert threads_per_pipeline(1, cores=3) == 3 and threads_per_pipeline(2, cores=4) == 2
+    assert threads_per_pipeline(4, cores=1) == 1
+
+
+def test_a_servers_pipelines_share_the_cores_and_take_turns_when_they_outnumber_them():
+    from s2s import sharing, turn_order
+    from s2s.config import StageSpec
+    from s2s.server.pipelines import share_cores, unshare
+
+    from s2s.llm.echo import EchoLM
+    from s2s.stt.faster_whisper import FasterWhisperSTT
+
+    specs = [StageSpec("stt", "s2s.stt.faster_whisper.FasterWhisperSTT", FasterWhisperSTT, {}),
+             StageSpec("llm", "s2s.llm.echo.EchoLM", EchoLM, {}, threads=2)]  # runner.threads.llm=2 wins
+    try:
+        shared = share_cores(specs, 4, cores=2)  # four sessions in a 2-CPU replica
+        assert [spec.threads for spec in shared] == [1, 2] and sharing.users() == 4
+        assert turn_order.slots() == 1  # its widest library fills both CPUs: one call at a time
+        shared = share_cores(specs[:1], 2, cores=2)
+        assert shared[0].threads == 1 and turn_order.slots() is None  # a core each: no order needed
+    finally:
+        unshare()
+    assert turn_order.slots() is None and sharing.users() == 1

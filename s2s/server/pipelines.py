@@ -10,17 +10,20 @@ memory than one. Other backends load one copy per pipeline.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from s2s import sharing, turn_order
 from s2s.chat_context import ChatContext
 from s2s.config import StageSpec, validation_context
 from s2s.schema import override_errors as stage_override_errors
 from s2s.config_errors import ConfigError, ValidationContext
 from s2s.graph import set_up
 from s2s.llm.base import LLMStage
+from s2s.platform import model_slots, threads_per_pipeline
 from s2s.server.roles import find_roles
 from s2s.stage import Stage
 from s2s.tts.base import TTSStage
@@ -31,6 +34,24 @@ log = logging.getLogger("s2s.server")
 def override_errors(cfg: Any, spec: StageSpec, overrides: dict[str, Any]) -> list[ConfigError]:
     """What the stage's own validation says about ``spec`` with ``overrides`` (the client's session.update)."""
     return stage_override_errors(spec.cls, spec.kwargs, overrides, validation_context(cfg, spec.group))
+
+
+def share_cores(specs: list[StageSpec], pipelines: int, cores: int | None = None) -> list[StageSpec]:
+    """``specs`` for ``pipelines`` that run at once on ``cores`` (None: this process's; a Ray replica: the CPUs Ray
+    reserved for it): the weights are shared with a worker per pipeline (``s2s.sharing``), each stage library gets
+    its share of the cores (``runner.threads``, where set, wins), and when the pipelines' threads are more than the
+    cores their model calls take turns (``s2s.turn_order``). :func:`unshare` undoes it."""
+    sharing.enable(users=pipelines)
+    share = threads_per_pipeline(pipelines, cores)
+    specs = [dataclasses.replace(spec, threads=spec.threads or share) for spec in specs]
+    turn_order.configure(model_slots(pipelines, max((spec.threads or 0) for spec in specs) or None, cores))
+    return specs
+
+
+def unshare() -> None:
+    """The shared weights go with the pipelines, and so does the order (a program's server may be one of many)."""
+    sharing.enable(False)
+    turn_order.configure(None)
 
 
 @dataclass

@@ -27,12 +27,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from s2s import sharing, tracing
+from s2s import tracing
 from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.graph import StageSetupError
 from s2s.platform import fix_allocator
-from s2s.server.pipelines import Pool
+from s2s.server.pipelines import Pool, share_cores
 from s2s.server.relay import Relay
 from s2s.server.server import SessionServer
 from s2s.server.settings import ServerSettings
@@ -139,7 +139,8 @@ class Replica:
         host = settings.host or node
         self.settings = dataclasses.replace(settings, host=host)
         tag = serve.get_replica_context().replica_tag
-        sharing.enable(users=settings.max_sessions)
+        # its pipelines share what Ray reserved for it (server.replica_cpus), as a local server shares its cores
+        specs = share_cores(specs, settings.max_sessions, max(1, int(settings.replica_cpus)))
         self.pool = Pool(specs, settings.max_sessions)
         try:
             self.pool.setup(warm_up=bool(cfg.runner.warm_up))

@@ -12,7 +12,6 @@ with ``server.engine=ray`` (``s2s/server/ray_app.py``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import http
 import importlib.util
 import logging
@@ -28,17 +27,16 @@ from urllib.parse import parse_qs, urlsplit
 
 from omegaconf import DictConfig
 
-from s2s import sharing, tracing, turn_order
+from s2s import tracing
 from s2s.config import StageSpec
 from s2s.graph import StageSetupError
-from s2s.platform import model_slots, threads_per_pipeline
 from s2s.server import protocol
 from s2s.server.client_secrets import ClientSecrets
 from s2s.server.handshake import PATH, authorized, listen, presented_keys, refuse
 from s2s.server.calls import HttpEndpoints
 from s2s.server.links import Link, LinkClosed, WebSocketLink
 from s2s.server.outbox import Close, Send
-from s2s.server.pipelines import Pipeline, Pool
+from s2s.server.pipelines import Pipeline, Pool, share_cores, unshare
 from s2s.server.protocol import ProtocolError, dumps
 from s2s.server.session import Session
 from s2s.server.settings import ServerSettings
@@ -65,11 +63,7 @@ def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSetting
         The exit code: 0 stopped, 1 could not start, 130 interrupted during setup.
     """
     require("websockets", backend="server=realtime", extra="server")
-    # the pipelines share weights where the backend allows it (faster-whisper, transformers, onnx), each with a worker
-    sharing.enable(users=settings.max_sessions)
-    share = threads_per_pipeline(settings.max_sessions)  # runner.threads, where set, wins
-    specs = [dataclasses.replace(spec, threads=spec.threads or share) for spec in specs]
-    turn_order.configure(model_slots(settings.max_sessions, max((spec.threads or 0) for spec in specs) or None))
+    specs = share_cores(specs, settings.max_sessions)
     pool = Pool(specs, settings.max_sessions)
     try:
         pool.setup(warm_up=bool(cfg.runner.warm_up))
@@ -85,8 +79,7 @@ def serve_local(cfg: DictConfig, specs: list[StageSpec], settings: ServerSetting
         return 130
     finally:
         pool.close()
-        sharing.enable(False)  # the shared weights go with the pipelines (a program's server may be one of many)
-        turn_order.configure(None)
+        unshare()
 
 
 async def _serve(server: SessionServer, stop_when: threading.Event | None,
