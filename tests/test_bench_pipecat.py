@@ -1,10 +1,11 @@
 """The pipecat comparison's own parts that need no pipecat: the chat-completions endpoint pipecat's OpenAILLMService
-is pointed at, answered by the ``openai`` client as pipecat's service uses it."""
+is pointed at (answered by the ``openai`` client, as pipecat's service uses it), and the one measure of both sides."""
 from __future__ import annotations
 
 import pytest
 
 from s2s.bench.chat_server import ChatServer
+from s2s.bench.pipecat_side import measured
 from s2s.llm.calibration import Capped
 from s2s.usage import Usage
 
@@ -62,3 +63,9 @@ def test_a_reply_the_cap_cut_finishes_with_length():
         chunks = list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
     assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1] == "length"
 
+
+def test_voice_to_voice_is_the_first_reply_after_the_end_of_speech_and_earlier_ones_are_cut_offs():
+    assert measured([3.9, 2.1], 3.0) == (0.9, [-0.9])
+    assert measured([3.0], 3.0) == (0.0, [])
+    assert measured([1.5], 3.0) == (None, [-1.5])  # it replied during a pause and never again
+    assert measured([], 3.0) == (None, [])
