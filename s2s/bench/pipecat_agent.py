@@ -234,7 +234,7 @@ class Agent:
             except TimeoutError:
                 running.cancel()
         return {"onsets_s": [round(at - start + chunk_s, 4) for at in sink.onsets],
-                "transcript": " ".join(text.strip() for text in heard.texts),
+                "transcript": " / ".join(text.strip() for text in heard.texts), "turns": len(heard.texts),
                 "reply": "".join(said.texts).strip()}
 
 

@@ -175,11 +175,12 @@ def report(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         values = [row[side] for row in rows if row[side] is not None]
         cut = sum(bool(row[f"{side}_cutoffs"]) for row in rows)
         missing = sum(row[side] is None for row in rows)
+        split = sum(row[f"{side}_turns"] > 1 for row in rows)
         if values:
             medians[side] = float(np.percentile(values, 50))
             lines.append(f"{side}: voice-to-voice p50 {medians[side]:.2f} s, p90 {np.percentile(values, 90):.2f} s "
-                         f"({len(values)} replies; {cut} files with a cut-off, {missing} with no reply after the end "
-                         "of speech)")
+                         f"({len(values)} replies; {cut} files with a cut-off, {split} heard as more than one turn, "
+                         f"{missing} with no reply after the end of speech)")
         else:
             lines.append(f"{side}: no reply after the end of speech in any file")
     if len(medians) == 2:
@@ -232,6 +233,7 @@ def bench_pipecat(python: str, files: list[str], overrides: list[str], rounds: i
                             row["ours_transcript"] = " / ".join(item["user"] for item in turns) or "-"
                             row["ours_reply"] = " / ".join(item["assistant"] for item in turns)
                             row["ours_own_metric"] = [item["timings"]["voice_to_voice_s"] for item in turns]
+                            row["ours_turns"] = len(turns)
                         else:
                             length_s = LEAD_S + len(clip.samples) / RATE + trailing_s
                             server.last_messages = []
@@ -242,6 +244,7 @@ def bench_pipecat(python: str, files: list[str], overrides: list[str], rounds: i
                                 raise RuntimeError(f"pipecat failed on {clip.name}: {result['error']}")
                             row["pipecat"], row["pipecat_cutoffs"] = measured(result["onsets_s"], end)
                             row["pipecat_transcript"] = result["transcript"] or "-"
+                            row["pipecat_turns"] = result["turns"]
                             row["pipecat_reply"] = result["reply"]
                             server.wait_idle(10.0)  # its reply's generation ends before the next run starts
                             row["pipecat_llm_messages"] = server.last_messages
