@@ -21,6 +21,9 @@ python -m s2s.bench bba --data FOLDER [--url ws://...] [--limit N]: Big Bench Au
 the dataset's layout) through a realtime server, ours by default: accuracy and parse rate per category, time to
 first audio and turn time.
 
+python -m s2s.bench pipecat --python PIPECAT_PYTHON [--rounds N] [FILES...] [key=value ...]: ours against pipecat
+1.14 on the same models and files, interleaved in one run (the pipecat venv: scripts/pipecat-venv.sh).
+
 python -m s2s.bench startup [--rounds N]: `s2s --cfg job` against a bare @hydra.main app on the same configs,
 interleaved; prints both medians and their ratio.
 
@@ -92,6 +95,18 @@ def main(argv: list[str] | None = None) -> int:
                             "the wall time STT and scoring took here; 0: an instant verdict, the most cut-offs)")
     bba = commands.add_parser("bba", help="Big Bench Audio through a realtime server (ours by default)")
     add_bba_arguments(bba)
+    pipecat = commands.add_parser("pipecat", help="ours against pipecat on the same models and files, interleaved")
+    pipecat.add_argument("inputs", nargs="*", metavar="FILE|key=value",
+                         help="speech files (default: the bundled sample and the 12 real recordings) and config "
+                              "overrides for our side, such as turn=silence")
+    pipecat.add_argument("--python", required=True,
+                         help="the pipecat venv's Python (scripts/pipecat-venv.sh: .cache/pipecat-venv/bin/python)")
+    pipecat.add_argument("--rounds", type=int, default=2, help="passes over the files (default 2)")
+    pipecat.add_argument("--trailing-s", type=float, default=2.0, help="silence fed after each file (default 2 s)")
+    pipecat.add_argument("--pipecat-turn", choices=("smart_turn", "speech_timeout"), default="smart_turn",
+                         help="pipecat's stop strategy: its default Smart Turn v3, or its silence timeout")
+    pipecat.add_argument("--reply-timeout-s", type=float, default=20.0,
+                         help="how long pipecat may take to answer after the file ends (default 20 s)")
     startup = commands.add_parser("startup", help="s2s --cfg job against a bare @hydra.main app, paired")
     startup.add_argument("--rounds", type=int, default=10, help="runs of each, interleaved (default 10)")
     args = parser.parse_args(argv)
@@ -114,6 +129,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return bench_latency([item for item in args.inputs if "=" not in item], overrides, args.trailing_s,
                                  args.versus)
+        except ValueError as error:
+            parser.error(str(error))
+    if args.command == "pipecat":
+        from s2s.bench.pipecat_side import bench_pipecat
+
+        if args.rounds < 1:
+            parser.error("--rounds takes 1 or more")
+        try:
+            return bench_pipecat(args.python, [item for item in args.inputs if "=" not in item],
+                                 [item for item in args.inputs if "=" in item], args.rounds, args.trailing_s,
+                                 args.pipecat_turn, args.reply_timeout_s)
         except ValueError as error:
             parser.error(str(error))
     if args.command == "bba":
