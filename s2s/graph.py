@@ -350,9 +350,10 @@ class Graph:
     def _piece_made(self, message: Message) -> None:
         """The voice made output of, or finished, a piece of ``message``'s turn: its feeder goes on."""
         turn = getattr(message, "turn", None)
-        if isinstance(turn, int):
-            self._ranks.spoke(turn)  # the rest of its reply waits behind other turns' first audio
-        if self.first_audio_wait_s > 0 and isinstance(turn, int):
+        if not isinstance(turn, int):
+            return
+        self._ranks.spoke(turn)  # the rest of its reply waits behind other turns' first audio
+        if self.first_audio_wait_s > 0:
             self._first_output(turn).set()
 
     def _wait_first_output(self, turn: int, source: Data) -> None:

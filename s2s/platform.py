@@ -9,6 +9,7 @@ import platform as _platform
 import shutil
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -186,6 +187,17 @@ def model_slots(pipelines: int, threads: int | None, cores: int | None = None) -
 
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cpu_description() -> str:
+    """The CPU's model name and this machine's core count, for a benchmark's report ("AMD EPYC, 2 cores")."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:  # not Linux
+        pass
+    return f"{_platform.processor() or _platform.machine()}, {os.cpu_count()} cores"
 
 
 def machine_info() -> dict[str, object]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import queue
 import subprocess
 import threading
@@ -31,6 +30,7 @@ from s2s import audio
 from s2s.bench.latency import run_pipeline, write_input
 from s2s.bench.server import speech_end_s
 from s2s.bench.speech import Clip
+from s2s.platform import cpu_description
 
 RATE = 16000
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,16 +144,6 @@ def sides(cfg: Any) -> dict[str, Any]:
             "chunk_ms": int(cfg.source.chunk_ms)}
 
 
-def machine() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-
-
 def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -255,7 +245,7 @@ def bench_pipecat(python: str, files: list[str], overrides: list[str], rounds: i
         if agent is not None:
             agent.close()
         llm.close()
-    meta = {"machine": machine(), "load_before": load_before,
+    meta = {"machine": cpu_description(), "load_before": load_before,
             "load_after": " ".join(f"{value:.2f}" for value in os.getloadavg()),
             "pipecat": ", ".join(f"{name} {version}" for name, version in ready["versions"].items())
             + f", Python {ready['python']}, turn: {turn}",
