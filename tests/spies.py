@@ -1,7 +1,11 @@
-"""Spies for the TTS tests: record the calls a stage makes into a library while the library's real code runs."""
+"""Spies for tests: record the calls a stage makes into a library while the library's real code runs, and count
+how many calls overlap."""
 from __future__ import annotations
 
 import inspect
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,3 +57,22 @@ def spy(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[Call]:
 
     monkeypatch.setattr(owner, name, type(real)(wrapper) if wrapped else wrapper)
     return calls
+
+
+class Overlap:
+    """Counts the calls inside :meth:`call` at once: ``running`` now, ``most`` ever."""
+
+    def __init__(self) -> None:
+        self.running = self.most = 0
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def call(self) -> Iterator[None]:
+        with self._lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.running -= 1

@@ -18,6 +18,7 @@ from s2s.server.partials import new_suffix
 from s2s.server.stages import SessionVAD, TurnCounter
 from s2s.stt.base import STTStage
 from s2s.stt.incremental import Utterance
+from spies import Overlap
 from test_server_items import run, translator
 
 SENTENCE = "The quick brown fox jumps over the lazy dog and then runs all the way back home."  # no comma: no pause
@@ -182,21 +183,14 @@ class Counted:
     """Wraps the packaged STT's decodes to count how many run at once (the library is not thread-safe)."""
 
     def __init__(self, stage):
-        self.running = self.most = 0
-        self.lock = threading.Lock()
+        self.overlap = Overlap()
         for name in ("transcribe", "transcribe_from"):
             setattr(stage, name, self.counting(getattr(stage, name)))
 
     def counting(self, decode):
         def counted(*args):
-            with self.lock:
-                self.running += 1
-                self.most = max(self.most, self.running)
-            try:
+            with self.overlap.call():
                 return decode(*args)
-            finally:
-                with self.lock:
-                    self.running -= 1
         return counted
 
 
@@ -238,7 +232,7 @@ def progressive(espeak, tmp_path_factory):
         partials.close()
         [alone] = list(stage.process(SpeechSegment(samples, 16000, turn, 0.0, 1.0)))
         finals.append((final.text, alone.text))
-    assert counted.most == 1  # the partial passes never overlapped the turn's own pass
+    assert counted.overlap.most == 1  # the partial passes never overlapped the turn's own pass
     return delivered, committed, finals
 
 

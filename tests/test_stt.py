@@ -74,27 +74,18 @@ class CountingWhisper(FasterWhisperSTT):
 
     def __init__(self) -> None:
         super().__init__()
-        import threading
+        from spies import Overlap
 
-        self.running = self.most = self.forced = 0
-        self.count_lock = threading.Lock()
-
-    def _counted(self, decode, *args):
-        with self.count_lock:
-            self.running += 1
-            self.most = max(self.most, self.running)
-        try:
-            return decode(*args)
-        finally:
-            with self.count_lock:
-                self.running -= 1
+        self.overlap, self.forced = Overlap(), 0
 
     def transcribe(self, samples):
-        return self._counted(super().transcribe, samples)
+        with self.overlap.call():
+            return super().transcribe(samples)
 
     def transcribe_from(self, samples, prefix):  # a partial pass after committed words decodes only the rest
         self.forced += 1
-        return self._counted(super().transcribe_from, samples, prefix)
+        with self.overlap.call():
+            return super().transcribe_from(samples, prefix)
 
 
 def test_partial_passes_and_the_turns_own_pass_never_overlap_on_one_stage(espeak, tmp_path):
@@ -122,7 +113,7 @@ def test_partial_passes_and_the_turns_own_pass_never_overlap_on_one_stage(espeak
         partials.close()
     worker.join(120)
     assert not worker.is_alive()
-    assert stage.most == 1  # never two passes at once
+    assert stage.overlap.most == 1  # never two passes at once
     assert stage.forced >= 4  # the partial passes went through transcribe_from too
     finals = [text for text in heard if text == alone]
     assert len(finals) >= 4 and all(text and "kitchen" in text.lower() for text in heard)

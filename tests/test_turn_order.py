@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 from graph_stages import Collector, CountingSource, Segmenter
+from spies import Overlap
 
 from s2s import turn_order
 from s2s.graph import Graph
@@ -46,24 +47,18 @@ def test_a_free_slot_goes_to_the_first_turn_then_the_rest_of_replies_then_partia
 
 
 def test_no_more_calls_run_at_once_than_there_are_slots():
-    line = turn_order.Order(2)
-    running, most, lock = [0], [0], threading.Lock()
+    line, overlap = turn_order.Order(2), Overlap()
 
     def call(index: int) -> None:
-        with line.slot((turn_order.FIRST, float(index))):
-            with lock:
-                running[0] += 1
-                most[0] = max(most[0], running[0])
+        with line.slot((turn_order.FIRST, float(index))), overlap.call():
             time.sleep(0.03)
-            with lock:
-                running[0] -= 1
 
     threads = [threading.Thread(target=call, args=(index,)) for index in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(10)
-    assert most[0] == 2 and running[0] == 0
+    assert overlap.most == 2 and overlap.running == 0
 
 
 def test_a_turn_keeps_its_place_until_its_first_audio_and_partials_come_last():
@@ -90,11 +85,9 @@ def test_the_order_is_off_unless_a_server_has_more_pipelines_than_cores_can_run(
 
 class Busy(Stage):
     """A model stage stand-in that keeps its slot busy: ``pieces`` outputs of ``kind`` per input, each taking
-    ``each_s``; it records when it made each and the most stages that ever ran at once."""
+    ``each_s``; it records when it made each, and ``overlap`` counts the stages running at once."""
 
-    running = [0]
-    most = [0]
-    lock = threading.Lock()
+    overlap = Overlap()
 
     def __init__(self, accepts: type[Data], makes: type[Data], pieces: int = 1, each_s: float = 0.05) -> None:
         self.accepts, self.emits, self.pieces, self.each_s = (accepts,), (makes,), pieces, each_s
@@ -103,12 +96,8 @@ class Busy(Stage):
     def process(self, message: Data):
         turn = message.turn
         for index in range(self.pieces):
-            with Busy.lock:
-                Busy.running[0] += 1
-                Busy.most[0] = max(Busy.most[0], Busy.running[0])
-            time.sleep(self.each_s)
-            with Busy.lock:
-                Busy.running[0] -= 1
+            with Busy.overlap.call():
+                time.sleep(self.each_s)
             self.made.append((time.perf_counter(), turn, index))
             if self.emits[0] is Transcript:
                 yield Transcript(f"turn {turn}", turn, "en")
@@ -134,7 +123,7 @@ def test_pipelines_model_calls_take_turns_and_a_reply_that_has_spoken_waits_behi
     whole, and a turn whose first audio was made ranks its rest behind other turns' first audio."""
     turn_order.configure(1)
     try:
-        Busy.running[0] = Busy.most[0] = 0
+        Busy.overlap = Overlap()
         pipelines = [pipeline(sentences=3, delay_s=0.05 * index) for index in range(3)]
         threads = [threading.Thread(target=graph.run) for graph, _ in pipelines]
         for thread in threads:
@@ -144,7 +133,7 @@ def test_pipelines_model_calls_take_turns_and_a_reply_that_has_spoken_waits_behi
     finally:
         turn_order.configure(None)
     assert not any(thread.is_alive() for thread in threads)
-    assert Busy.most[0] == 1 and all(len(voice.made) == 3 for _, voice in pipelines)
+    assert Busy.overlap.most == 1 and all(len(voice.made) == 3 for _, voice in pipelines)
     graph = pipelines[0][0]
     assert graph._ranks.of(ReplyText("more.", 0))[0] == turn_order.REST
 
