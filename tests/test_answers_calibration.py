@@ -194,9 +194,9 @@ def test_calibration_turns_confident_mistakes_of_smollm2_into_hedges():
     """The packaged SmolLM2 on the whole answer set with the default threshold, 24-token replies (the hedge is
     decided within the first sentence, where a fact's key word is), one run: a hedged reply is also scored without
     its hedge, which is the reply an uncalibrated run gives (but for a follow-up's history). Aggregates with a
-    margin. Measured on one thread, confidently wrong plain -> calibrated, right lost, unsure gained: 66 -> 40, 0,
-    26 (this CPU's AVX-512, and on two threads); 64 -> 42, 1, 23 (AVX); 61 -> 43, 1, 19 (GENERIC); float32 57 -> 41,
-    2, 18. About a minute."""
+    margin. Measured on one thread with the 4-token window, confidently wrong plain -> calibrated, right lost,
+    unsure gained: 60 -> 35, 1, 26 (an AMD EPYC's AVX-512); 69 -> 35, 0, 30 (AVX); 61 -> 38, 0, 23 (GENERIC);
+    float32 57 -> 37, 1, 21. A few minutes."""
     from conftest import compose_config
 
     from s2s.bench.answers import StreamClock, ask

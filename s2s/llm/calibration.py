@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 UNSURE_PREFIX = "I'm not sure, but I think"
 DONT_KNOW = "I don't know that one."
-WINDOW_TOKENS = 8  # content tokens measured at most: about a short answer's first clause ("The capital is Paris")
+WINDOW_TOKENS = 4  # content tokens measured at most: about the first chunk's 4 words. On the answer set 4 hedged as
+# well as 8 (mean 0.4: 52 right, 32 confidently wrong, against 52 and 33) and the first words came 0.06 s sooner
 Measure = Literal["mean", "min"]
 _SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s*$")
 _KEEP_CASE = re.compile(r"^(I\b|I'|[A-Z]{2,}|[A-Z][a-z]*[A-Z])")  # "I", "I'm", "NASA", "McDonald's"

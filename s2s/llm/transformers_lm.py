@@ -134,7 +134,7 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
             probabilities, :mod:`s2s.llm.calibration`) is below this, the reply starts "I'm not sure, but I
             think"; null: never.
         dont_know_below: below this the reply is "I don't know that one." instead; null: never.
-        unsure_measure: ``mean`` or ``min`` token probability over the first sentence (8 tokens at most).
+        unsure_measure: ``mean`` or ``min`` token probability over the first sentence (4 content tokens at most).
     """
 
     def __init__(self, model: str = PACKAGED_NAME, device: str = "auto",
