@@ -90,6 +90,27 @@ def package_file(package: str, *parts: str) -> Path | None:
     return Path(spec.submodule_search_locations[0]).joinpath(*parts)
 
 
+# ---------------------------------------------------------------------------------------------- threads
+SMALL_WEIGHTS_MB = 200  # CTranslate2 weights up to this size run fastest on one CPU thread (measured, below)
+
+
+def ctranslate2_threads(threads: int | None, device: str, folder: str | Path) -> int:
+    """The intra-op threads a CTranslate2 model gets: ``runner.threads.<stage>`` where given; else one for
+    small weights on the CPU; else 0 (CTranslate2's default, a thread per core).
+
+    A small model's matrices are too small to share among threads: on two cores Whisper tiny.en's beam-5 decode
+    of a 6 s sentence took 0.17 s on one thread against 0.26 s on two (the encoder the same), SmolLM2-135M int8
+    gave its first 5 words in 0.10 s against 0.16 s, and the whole pipeline answered 12 real recordings with a
+    median voice-to-voice 0.79x as long (python -m s2s.bench latency, interleaved). ``folder``'s ``model.bin``
+    decides; a folder without one counts as large.
+    """
+    if threads:
+        return threads
+    weights = Path(folder) / "model.bin"
+    small = weights.is_file() and weights.stat().st_size <= SMALL_WEIGHTS_MB * 1_000_000
+    return 1 if small and device == "cpu" else 0
+
+
 # ---------------------------------------------------------------------------------------------- caches
 def cache_root(cache_dir: str | None) -> Path:
     """The configured cache folder, else the user's (``$S2S_CACHE_DIR`` or the OS's per-user cache)."""

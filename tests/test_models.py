@@ -9,6 +9,7 @@ from s2s import models
 from s2s.config_errors import ValidationContext
 from s2s.models import (
     build_once,
+    ctranslate2_threads,
     loadable,
     local_path,
     model_folder_error,
@@ -63,3 +64,37 @@ def test_build_once_builds_a_missing_target_once(tmp_path):
     target = tmp_path / "cache" / "model.onnx"
     assert build_once(target, build, "test") == target and build_once(target, build, "test") == target
     assert built == ["model.onnx.partial"] and target.read_text() == "done"
+
+
+def test_small_ctranslate2_weights_get_one_cpu_thread_unless_the_runner_says(tmp_path):
+    """The packaged tiny.en (78 MB) gets one thread on the CPU; runner.threads wins; large weights, a folder
+    without model.bin (a hub id) and a GPU keep CTranslate2's default (0)."""
+    from s2s.stt.faster_whisper import resolve_model
+
+    tiny = resolve_model("tiny.en")
+    assert ctranslate2_threads(None, "cpu", tiny) == 1
+    assert ctranslate2_threads(3, "cpu", tiny) == 3
+    assert ctranslate2_threads(None, "cuda", tiny) == 0
+    large = tmp_path / "large"
+    large.mkdir()
+    with open(large / "model.bin", "wb") as weights:  # sparse: its size is what counts
+        weights.truncate((models.SMALL_WEIGHTS_MB + 1) * 1_000_000)
+    assert ctranslate2_threads(None, "cpu", large) == 0
+    assert ctranslate2_threads(None, "cpu", "Systran/faster-whisper-small") == 0
+
+
+def test_the_whisper_and_llm_stages_load_the_packaged_models_on_one_thread():
+    """Both CTranslate2 stages ask the rule (the shared-weights key records what the library was given)."""
+    from s2s import sharing
+    from s2s.llm.ctranslate2_lm import CTranslate2LM
+    from s2s.stt.faster_whisper import FasterWhisperSTT
+
+    sharing.enable(users=1)
+    try:
+        for stage in (FasterWhisperSTT(device="cpu"), CTranslate2LM(device="cpu")):
+            stage.setup()
+            stage.close()
+        keys = [key for key in sharing._models if key[0] in ("faster_whisper", "ctranslate2")]
+        assert len(keys) == 2 and all(key[5] == 1 for key in keys), keys
+    finally:
+        sharing.enable(False)

@@ -26,7 +26,7 @@ from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWord
 from s2s.llm.sentence_end import bare_words, sentence_end_ids
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
-from s2s.models import build_once, cache_root, local_path, model_source
+from s2s.models import build_once, cache_root, ctranslate2_threads, local_path, model_source
 from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
@@ -207,7 +207,7 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         self._end_ids = self._end_tokens(path)
         self._sentence_ends = sentence_end_ids(self._tokenizer, self._end_ids)
         device, _, index = self.device.partition(":")
-        threads = self.threads or 0  # 0: CTranslate2's default (every core)
+        threads = ctranslate2_threads(self.threads, device, path)
         workers = sharing.users()  # a paced reply holds its worker: one per pipeline that may call at once
         self._generator = shared_model(  # one copy per process when the realtime server shares weights
             ("ctranslate2", str(path), device, int(index or 0), self.compute_type, threads, workers),

@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 
 from s2s import audio
 from s2s.config_errors import OneOf, Range, ValidationContext
-from s2s.models import build_once, cache_root, loadable, model_folder_error, model_source, package_file
+from s2s.models import (build_once, cache_root, ctranslate2_threads, loadable, model_folder_error, model_source,
+                        package_file)
 from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
@@ -138,7 +139,7 @@ class FasterWhisperSTT(STTStage):
             compute_type = "int8" if self.device == "cpu" else "float16"
         path = resolve_model(self.model_name, self.cache_dir)
         device, _, index = self.device.partition(":")
-        threads = self.threads or 0  # 0: CTranslate2's default (every core)
+        threads = ctranslate2_threads(self.threads, device, path)
         workers = sharing.users()  # sessions' turns and partial passes decode side by side, not one after another
         self._model = shared_model(  # one copy per process when the realtime server shares weights
             ("faster_whisper", path, device, int(index or 0), compute_type, threads, workers),
