@@ -104,10 +104,11 @@ class SessionVAD(Stage):
         turn's own STT never waits behind one; its text is dropped if the turn moved on meanwhile (a segment
         went out, the client cleared it). ``wanted()`` is asked before each pass (transcription null: no).
 
-        An STT that decodes while the user speaks (it asks for :class:`SpeechSoFar`) makes these passes itself,
-        at its own ``incremental_s``: its words so far come back through :meth:`heard`, and no pass runs here.
+        An STT that decodes while the user speaks (``decodes_while_speaking``) makes these passes itself, at its
+        own ``incremental_s``: its words so far come back through :meth:`heard`, and no pass runs here. One that
+        decodes only at a pause (``at_pause``) leaves them to this.
         """
-        if SpeechSoFar not in stt.asks:
+        if not getattr(stt, "decodes_while_speaking", False):
             self._partials = PartialTranscriber(stt, every_s, self.heard)
         self._put_partial, self._wanted = put, wanted
 

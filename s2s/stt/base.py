@@ -3,6 +3,8 @@
 A backend whose decoder can be made to start with given words also writes
 ``transcribe_from``: with ``incremental_s`` set, the stage then decodes the utterance while the user speaks
 (:mod:`s2s.stt.incremental`) and the end of speech costs only the tail. Other backends keep the whole-utterance pass.
+With ``at_pause`` a stage decodes the utterance once when the speech pauses, before the turn's segment goes: the
+segment holds the same audio, so its transcript is then usually made (or being made) when the turn starts.
 :meth:`STTStage.advance` is the one pass over an open utterance, for the stage's own incremental decoding and for
 the realtime server's partial transcripts alike.
 """
@@ -49,12 +51,18 @@ class STTStage(Stage):
     sample_rate: int = 16000
     # seconds of new speech between two passes over the open utterance; None: one pass at the end (the default)
     incremental_s: float | None = None
+    at_pause: bool = False  # a pass over the utterance when the speech pauses (the VAD's paused SpeechSoFar)
     _utterance: Utterance | None = None  # the open utterance's committed words (per utterance, never longer)
     language: str | None = None  # backends set their configured one
 
     @property
     def asks(self) -> tuple[type[Data], ...]:  # type: ignore[override]
-        return (SpeechSoFar,) if self.incremental_s else ()
+        return (SpeechSoFar,) if self.incremental_s or self.at_pause else ()
+
+    @property
+    def decodes_while_speaking(self) -> bool:
+        """Passes over the utterance while the user speaks (``incremental_s``): they are its partial words."""
+        return bool(self.incremental_s)
 
     def transcribe(self, samples: Any) -> tuple[str, str | None]:
         raise NotImplementedError
@@ -125,7 +133,7 @@ class STTStage(Stage):
         assert isinstance(message, SpeechSegment)
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
         try:
-            if self.incremental_s:
+            if self.incremental_s or self.at_pause:
                 text, language = self._finish(message.start_s, samples, message.language)
             else:
                 text, language = self.recognise(samples, message.language)
@@ -142,15 +150,17 @@ class STTStage(Stage):
 
     # ------------------------------------------------------------------ incremental decoding
     def _listen(self, message: SpeechSoFar) -> Iterator[Message]:
-        """A pass over the utterance so far when ``incremental_s`` of new speech came since the last (or the
-        speech paused): it commits the words it and the last pass agree on, and tells what it heard."""
-        if not self.incremental_s:
+        """A pass over the utterance so far when ``incremental_s`` of new speech came since the last, or (also with
+        ``at_pause`` alone) the speech paused: it commits the words it and the last passes agree on, and tells what
+        it heard (``incremental_s``: those are the partial words)."""
+        if not (self.incremental_s or self.at_pause):
             return
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
         utterance = self._utterance
         if utterance is None or not utterance.holds(message.start_s, samples):
             utterance = self._utterance = Utterance(message.start_s, samples)
-        due = utterance.due(len(samples), self.incremental_s, self.sample_rate, cost=0.0) or message.paused
+        due = message.paused or bool(self.incremental_s) and utterance.due(len(samples), self.incremental_s,
+                                                                            self.sample_rate, cost=0.0)
         if len(samples) == utterance.heard or not due:
             return
         try:
@@ -159,7 +169,7 @@ class STTStage(Stage):
         except TranscriptionFailed as error:  # a pass failing costs only what it would have committed
             log.warning("turn %d: incremental pass failed: %s", message.turn, error)
             return
-        if TranscriptSoFar in self.wanted and (text := utterance.shown()):
+        if self.decodes_while_speaking and TranscriptSoFar in self.wanted and (text := utterance.shown()):
             yield TranscriptSoFar(message.turn, text)
 
     def _finish(self, key: float, samples: Any, language: str | None) -> tuple[str, str | None]:

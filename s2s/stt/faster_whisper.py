@@ -105,6 +105,9 @@ class FasterWhisperSTT(STTStage):
         incremental_s: while the user speaks, decode the utterance again after each this many seconds of new
             speech, its decoder made to start with the words two passes agreed on (:mod:`s2s.stt.incremental`),
             so that the end of speech costs only the words after them. null: one pass when the utterance ends.
+        at_pause: decode the utterance when the speech pauses (``vad.speech_pad_ms`` of silence), about 0.1 s before
+            the turn's segment goes at ``vad.speculative_silence_ms``: the same audio, so the turn's transcript is
+            then made or under way when the turn starts. Each pause inside a sentence costs one pass.
         cache_dir: where a packaged model in parts (``base``) is joined once (null: the user cache folder).
     """
 
@@ -116,7 +119,7 @@ class FasterWhisperSTT(STTStage):
                  beam_size: Annotated[int, Range(1, 20)] = 5,
                  window_s: Annotated[float, Range(1, FULL_WINDOW_S)] | None = None,
                  incremental_s: Annotated[float, Range(0.2, 5)] | None = None,
-                 cache_dir: str | None = None) -> None:
+                 at_pause: bool = False, cache_dir: str | None = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("mps", "auto") else device
         self.compute_type = compute_type
@@ -124,6 +127,7 @@ class FasterWhisperSTT(STTStage):
         self.beam_size = beam_size
         self.window_s = window_s
         self.incremental_s = incremental_s
+        self.at_pause = at_pause
         self.cache_dir = cache_dir
         self._model: Any = None
 

@@ -1,0 +1,88 @@
+"""stt.at_pause: the packaged Whisper decodes the utterance when the speech pauses, so the turn's words are ready."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import compose_config
+from s2s import audio
+from s2s.bench.real_speech import recordings
+from s2s.messages import SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar
+from s2s.stt.faster_whisper import FasterWhisperSTT
+
+
+class Decoding(FasterWhisperSTT):
+    """The packaged STT with the default's pause pass, keeping the length and prefix of each decode."""
+
+    def __init__(self) -> None:
+        super().__init__(window_s=15, at_pause=True)
+        self.decodes: list[tuple[int, str]] = []
+
+    def transcribe_from(self, samples, prefix):
+        self.decodes.append((len(samples), prefix))
+        return super().transcribe_from(samples, prefix)
+
+    def transcribe(self, samples):
+        self.decodes.append((len(samples), ""))
+        return super().transcribe(samples)
+
+
+@pytest.fixture(scope="module")
+def stt():
+    stage = Decoding()
+    stage.setup()
+    yield stage
+    stage.close()
+
+
+@pytest.fixture(scope="module")
+def real():
+    """Three real people's sentences (2.8-4.0 s) from the turn bench's set."""
+    return [clip.samples for clip in recordings()[7:12:2]]
+
+
+def test_only_a_pause_is_decoded_and_the_segment_of_the_same_audio_costs_nothing_more(stt, real):
+    for turn, samples in enumerate(real):
+        stt.reset()
+        stt.decodes.clear()
+        half = samples[:len(samples) // 2]
+        assert not list(stt.process(SpeechSoFar((half,), 16000, turn, float(turn))))  # speaking: no pass
+        assert stt.decodes == []
+        said = list(stt.process(SpeechSoFar((samples,), 16000, turn, float(turn), paused=True)))
+        assert not any(isinstance(message, TranscriptSoFar) for message in said)  # partial words are not its job
+        assert stt.decodes == [(len(samples), "")]  # one pass, the whole utterance, nothing forced on it
+        [transcript] = list(stt.process(SpeechSegment(samples, 16000, turn, float(turn), 9.0, speculative=True)))
+        assert isinstance(transcript, Transcript) and transcript.speculative
+        assert len(stt.decodes) == 1  # the pause pass had heard exactly this audio
+        assert transcript.text == stt.recognise(samples)[0]  # the words one pass at the end would give
+
+
+def test_a_segment_with_more_audio_than_the_pause_pass_is_decoded_whole(stt, real):
+    stt.reset()
+    stt.decodes.clear()
+    first, second = real[0], real[1]
+    list(stt.process(SpeechSoFar((first,), 16000, 0, 5.0, paused=True)))
+    both = np.concatenate([first, audio.silence(0.3, 16000), second])  # the user went on after the pause
+    [transcript] = list(stt.process(SpeechSegment(both, 16000, 1, 5.0, 9.0)))
+    assert stt.decodes[-1] == (len(both), "") and len(transcript.text.split()) >= 6
+
+
+def test_the_default_decodes_at_the_pause_and_asks_the_vad_for_it():
+    cfg = compose_config([])
+    assert cfg.stt.at_pause is True and cfg.stt.incremental_s is None
+    assert SpeechSoFar in FasterWhisperSTT(at_pause=True).asks
+    assert SpeechSoFar not in FasterWhisperSTT(at_pause=False).asks
+    assert not FasterWhisperSTT(at_pause=True).decodes_while_speaking
+    assert FasterWhisperSTT(incremental_s=0.5).decodes_while_speaking
+
+
+def test_a_session_whose_stt_decodes_only_at_pauses_makes_its_own_partial_transcripts():
+    """The session's own passes serve partial words (tests/test_server_partials.py) when the STT's passes come
+    only at pauses; an incremental STT's passes serve them instead."""
+    from s2s.server.stages import SessionVAD, TurnCounter
+    from s2s.vad.silero import SileroVAD
+
+    for stt, own in ((FasterWhisperSTT(at_pause=True), True), (FasterWhisperSTT(incremental_s=0.5), False)):
+        session_vad = SessionVAD(SileroVAD(), TurnCounter())
+        session_vad.enable_partials(stt, 0.5, lambda turn, text: None, lambda: True)
+        assert (session_vad._partials is not None) is own
