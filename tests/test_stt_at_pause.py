@@ -57,6 +57,19 @@ def test_only_a_pause_is_decoded_and_the_segment_of_the_same_audio_costs_nothing
         assert transcript.text == stt.recognise(samples)[0]  # the words one pass at the end would give
 
 
+def test_pauses_inside_one_utterance_never_force_words_on_the_decoder(stt, real):
+    """Four pauses in one utterance: every pass and the segment decode the whole audio with no prefix (passes that
+    agreed would commit words under incremental_s, and a forced prefix lost sentence endings there)."""
+    stt.reset()
+    stt.decodes.clear()
+    speech = recordings()[5].samples  # 7.1 s of a LibriVox reader: the first three passes agree on 9 words
+    for seconds in (4.0, 5.0, 6.0, 7.1):
+        list(stt.process(SpeechSoFar((speech[:int(seconds * 16000)],), 16000, 0, 7.0, paused=True)))
+    [transcript] = list(stt.process(SpeechSegment(speech, 16000, 0, 7.0, 9.0)))
+    assert [prefix for _, prefix in stt.decodes] == [""] * 4 and stt._utterance.committed == []
+    assert transcript.text == stt.recognise(speech)[0]
+
+
 def test_a_segment_with_more_audio_than_the_pause_pass_is_decoded_whole(stt, real):
     stt.reset()
     stt.decodes.clear()
