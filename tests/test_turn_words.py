@@ -2,6 +2,7 @@
 and the VAD ends the silent turn at once, waits, or ignores a verdict for a turn no longer open."""
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -13,8 +14,8 @@ from graph_stages import Collector, Voice
 from s2s import audio
 from s2s.graph import Graph, NullObserver
 from s2s.llm.ctranslate2_lm import CTranslate2LM
-from s2s.messages import (AudioChunk, Data, Message, SpeechSegment, Transcript, TurnConfirmed, TurnDiscarded,
-                          TurnVerdict)
+from s2s.messages import (AudioChunk, Data, Message, ReplyText, SpeechSegment, Transcript, TurnConfirmed,
+                          TurnDiscarded, TurnVerdict)
 from s2s.stage import Source, Stage
 from s2s.vad.silero import SileroVAD
 
@@ -254,3 +255,39 @@ def test_a_server_session_hands_the_verdict_to_its_vad_under_the_vad_s_own_turn_
     assert segment.turn == confirmed.turn == 2
     assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.2, abs=0.07)  # at once, not after 1.5 s
     assert list(session.steer(TurnVerdict(7, 0.9))) == []  # a turn it never had
+
+
+class Overlapping(CTranslate2LM):
+    """The packaged SmolLM2, whose words' scoring waits (10 s at most) until the reply's first token is out."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.first_token = threading.Event()
+        self.overlapped: bool | None = None
+
+    def end_of_turn_probability(self, messages):
+        self.overlapped = self.first_token.wait(timeout=10)
+        return super().end_of_turn_probability(messages)
+
+    def stream(self, messages):
+        for piece in super().stream(messages):
+            self.first_token.set()
+            yield piece
+
+
+def test_the_words_are_scored_beside_the_replys_first_tokens_and_the_verdict_comes_first():
+    """The scoring runs in a thread of its own while the reply generates (on CTranslate2's second worker): a
+    scoring that waits for the first token would time out if the two ran one after the other. The verdict still
+    leaves before any of the reply's text."""
+    llm = compose_config(["llm=ctranslate2"]).llm
+    stage = Overlapping(system_prompt=llm.system_prompt, compute_type="int8")
+    stage.wanted = frozenset({TurnVerdict, ReplyText})
+    stage.setup()
+    try:
+        out = list(stage.process(Transcript("What is the capital of France?", 0, "en", speculative=True)))
+    finally:
+        stage.close()
+    assert stage.overlapped is True
+    kinds = [type(message) for message in out]
+    assert kinds.count(TurnVerdict) == 1 and kinds.index(TurnVerdict) < kinds.index(ReplyText)
+    assert "Paris" in " ".join(message.text for message in out if isinstance(message, ReplyText))

@@ -205,14 +205,14 @@ class LLMStage(Stage):
         plan = context.take_plan(message.turn)
         messages = self.chat_messages(self.user_content(message), plan.instructions, message.language)
         # the VAD asks: do these words end the turn? (an utterance heard as audio has no words to judge)
+        scoring = None
         if isinstance(message, Transcript) and message.speculative and TurnVerdict in self.wanted:
-            probability = self.end_of_turn_probability(messages)
-            if probability is not None:
-                yield TurnVerdict(message.turn, probability)
+            scoring = _Aside(self.end_of_turn_probability, list(messages))
         try:
             self._toolbox = self.toolbox(plan.toolbox)
             self._turn_tokens = plan.max_tokens
-            yield from self._reply(message, messages, splitter, said, start, context, plan)
+            yield from _verdict_first(self._reply(message, messages, splitter, said, start, context, plan), scoring,
+                                      message.turn)
             finished = True
         finally:  # also when the runner closes the generator (barge-in, cancel, stop)
             self._turn_tokens = None
@@ -310,3 +310,51 @@ class LLMStage(Stage):
                 if text := clean_for_speech(sentence):
                     yield ReplyText(text, message.turn, message.language, plan.spoken, plan.voice)
                     said.append(text)
+
+
+class _Aside(threading.Thread):
+    """``call(*args)`` in a thread of its own; :meth:`result` waits for it and returns it (or raises its error)."""
+
+    def __init__(self, call: Any, *args: Any) -> None:
+        super().__init__(name="s2s-llm-aside", daemon=True)
+        self._call, self._args = call, args
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._value = self._call(*self._args)
+        except BaseException as error:  # handed to the reader
+            self._error = error
+
+    def result(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _verdict_first(outputs: Iterator[Message], scoring: _Aside | None, turn: int) -> Iterator[Message]:
+    """A reply's outputs, the words' :class:`TurnVerdict` before the first of them.
+
+    The words are scored beside the reply's first tokens (a backend with a second worker, CTranslate2's
+    ``inter_threads``, runs both at once; the other core is idle then), not before them: the verdict still reaches
+    the VAD before any reply audio could be heard, which the runner holds until the turn is confirmed anyway.
+    """
+    try:
+        for output in outputs:
+            if scoring is not None:
+                yield from _verdict(scoring, turn)
+                scoring = None
+            yield output
+    finally:
+        outputs.close()  # type: ignore[attr-defined]  # the runner closed this one: the reply stops too
+    if scoring is not None:  # a reply that yielded nothing
+        yield from _verdict(scoring, turn)
+
+
+def _verdict(scoring: _Aside, turn: int) -> Iterator[Message]:
+    probability = scoring.result()
+    if probability is not None:
+        yield TurnVerdict(turn, probability)

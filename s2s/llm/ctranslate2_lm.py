@@ -208,7 +208,9 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         self._sentence_ends = sentence_end_ids(self._tokenizer, self._end_ids)
         device, _, index = self.device.partition(":")
         threads = ctranslate2_threads(self.threads, device, path)
-        workers = sharing.users()  # a paced reply holds its worker: one per pipeline that may call at once
+        # a paced reply holds its worker: one per pipeline that may call at once, and a second for one pipeline,
+        # so the words' scoring runs beside the reply's first tokens (s2s.llm.base._verdict_first)
+        workers = max(2, sharing.users())
         self._generator = shared_model(  # one copy per process when the realtime server shares weights
             ("ctranslate2", str(path), device, int(index or 0), self.compute_type, threads, workers),
             lambda: ctranslate2.Generator(str(path), device=device, device_index=int(index or 0),
