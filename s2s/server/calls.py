@@ -56,7 +56,7 @@ class HttpEndpoints:
 
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.calls: dict[str, Any] = {}  # call id -> Call, while its session lasts
+        self.calls: dict[str, Any] = {}  # call id -> Call, until it is hung up or its session ends
         self._holding: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
@@ -85,7 +85,7 @@ class HttpEndpoints:
         return await (self._call(request) if path == CALLS else self._secret(request))
 
     def _hang_up(self, call_id: str) -> HttpAnswer:
-        call = self.calls.get(call_id)
+        call = self.calls.pop(call_id, None)  # gone at once: a second hang-up is a 404 while the session winds down
         if call is None:
             return error_answer(Status.NOT_FOUND, "call_not_found", f"no call {call_id[:80]!r} on this server (it "
                                                                     "has ended, or never was)")
