@@ -57,7 +57,12 @@ class STTStage(Stage):
 
     @property
     def asks(self) -> tuple[type[Data], ...]:  # type: ignore[override]
-        return (SpeechSoFar,) if self.incremental_s or self.at_pause else ()
+        return (SpeechSoFar,) if self.passes else ()
+
+    @property
+    def passes(self) -> bool:
+        """Passes over the open utterance (``incremental_s`` or ``at_pause``): the segment's transcript may be made."""
+        return bool(self.incremental_s or self.at_pause)
 
     @property
     def decodes_while_speaking(self) -> bool:
@@ -133,7 +138,7 @@ class STTStage(Stage):
         assert isinstance(message, SpeechSegment)
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
         try:
-            if self.incremental_s or self.at_pause:
+            if self.passes:
                 text, language = self._finish(message.start_s, samples, message.language)
             else:
                 text, language = self.recognise(samples, message.language)
@@ -153,16 +158,15 @@ class STTStage(Stage):
         """A pass over the utterance so far when ``incremental_s`` of new speech came since the last, or (also with
         ``at_pause`` alone) the speech paused: it commits the words it and the last passes agree on, and tells what
         it heard (``incremental_s``: those are the partial words)."""
-        if not (self.incremental_s or self.at_pause):
-            return
+        if not self.incremental_s and not (self.at_pause and message.paused):
+            return  # before the samples are joined: at_pause alone hears every 128 ms of speech for one pause
         samples = audio.resample(message.samples, message.sample_rate, self.sample_rate)
         utterance = self._utterance
         # at_pause alone: each pause's pass stands alone, so no words are ever committed and forced on the decoder
         # (with incremental_s=0.5 a forced prefix lost the last words of 2 of 12 real sentences in one run)
         if utterance is None or not utterance.holds(message.start_s, samples) or not self.incremental_s:
             utterance = self._utterance = Utterance(message.start_s, samples)
-        due = message.paused or bool(self.incremental_s) and utterance.due(len(samples), self.incremental_s,
-                                                                            self.sample_rate, cost=0.0)
+        due = message.paused or utterance.due(len(samples), self.incremental_s, self.sample_rate, cost=0.0)
         if len(samples) == utterance.heard or not due:
             return
         try:
