@@ -197,3 +197,5 @@ def test_recognition_benchmark_scores_variants_in_turn(tmp_path):
         # words, clips with an error of 2, seconds per second of speech
         assert re.match(r"\| `[^`]+` \| \d\.\d{3} \| - \| - \| \d+ / \d+ \| \d of 2 \| \d\.\d{3} / \d\.\d{3} \|",
                         row), row
+        # the decode at the pause (stt.at_pause) comes after the end of speech: it is timed, not hidden
+        assert float(row.split("|")[-2].split("/")[0]) > 0, row

@@ -74,16 +74,21 @@ def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
     """(errors, reference words, seconds per second of speech, what was heard) for one clip.
 
     An STT that decodes while the user speaks gets the speech as the VAD would give it first (untimed), and the
-    time is that of the segment alone: what is left after the end of speech.
+    time is what is left after the end of speech: from the speech so far that says it paused (a pass there
+    belongs to the end of speech) to the segment's transcript.
     """
     from s2s.bench.roundtrip import word_error_rate
 
     samples = clip.samples
+    paused: list[SpeechSoFar] = []
     if SpeechSoFar in stage.asks:
-        for message in (so_far := as_spoken(samples, index)):
+        *speaking, pause = as_spoken(samples, index)
+        for message in speaking:
             list(stage.process(message))
-        samples = so_far[-1].samples
+        paused, samples = [pause], pause.samples
     start = time.perf_counter()
+    for message in paused:
+        list(stage.process(message))
     out = list(stage.process(SpeechSegment(samples, 16000, index, float(index), index + len(samples) / 16000)))
     seconds = (time.perf_counter() - start) / (len(clip.samples) / 16000)
     heard = next((m.text for m in out if isinstance(m, Transcript)), "")
