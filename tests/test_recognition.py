@@ -86,10 +86,19 @@ def test_packaged_base_hears_espeak_voices_and_rates(grid):
     assert sum(1 for _, text in heard if text) >= len(heard) - 1  # words from (nearly) every clip
 
 
+def balanced_half(clips: list) -> list:
+    """Half the set, with every sentence in every voice: three sentences of each voice and rate, the other three
+    in the next (``[::2]`` took the same three sentences from every voice and rate, and Whisper's 30 s window
+    happened to hear those best: 95 % of their words, 91-93 % of the others')."""
+    count = len(SENTENCES)
+    return [clip for index, clip in enumerate(clips) if (index + index // count) % 2 == 0]
+
+
 def test_short_window_hears_as_much_as_the_full_one(grid, default_heard):
-    """window_s (the default's 15 s) is chosen for time; on the set it must not hear less than Whisper's 30 s."""
-    full, _ = heard_share(default_stt(window_s=None), grid[::2])  # half the set, each voice and rate: 2x slower
-    short = share(default_heard[1][::2])
+    """window_s (the default's 10 s) is chosen for time; on the set it must not hear less than Whisper's 30 s.
+    Measured on the balanced half: 30 s 91.0 %, 15 s 93.7 %, 10 s 92.3 % (the whole set: 91.9, 93.7-94.1, 92.8 %)."""
+    full, _ = heard_share(default_stt(window_s=None), balanced_half(grid))  # half the set: 2x slower
+    short = share(balanced_half(default_heard[1]))
     assert short >= full - 0.03, (short, full)
 
 
