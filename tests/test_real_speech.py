@@ -49,6 +49,15 @@ def test_pauses_fall_inside_sentences_only_never_after_the_last_word_or_the_firs
     assert pause_points([Word("Yes.", 0, 1), Word("No.", 1, 2), Word("Ok.", 2, 3)]) == []
 
 
+@pytest.mark.parametrize("floor", [0.0, 0.002, 0.0025])
+def test_the_end_of_speech_is_the_last_word_s_end_not_the_hiss_that_runs_on_after_it(floor):
+    # 0.0025 RMS is about 3% of the tones' peak in noise peaks: over the old 2%-of-the-peak mark to the last sample
+    from s2s.bench.server import speech_end_s
+
+    samples = np.concatenate([speech(floor), np.random.default_rng(1).standard_normal(RATE).astype(np.float32) * floor])
+    assert speech_end_s(samples, RATE) == pytest.approx(WORDS[-1].end, abs=0.01)
+
+
 # ---------------------------------------------------------------- the real recordings
 @pytest.fixture(scope="session")
 def real_turns():

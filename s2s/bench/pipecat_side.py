@@ -9,7 +9,7 @@ runner per file, :func:`s2s.bench.latency.run_pipeline`); pipecat's in the pipec
 file the two run back to back, the first of them alternating.
 
 One measure for both: true voice-to-voice, from the end of the user's speech (the last sample above 2% of the
-file's peak, :func:`s2s.bench.server.speech_end_s`) to the first audible reply sample out of the pipeline, both on
+file's peak and six times its noise floor, :func:`s2s.bench.server.speech_end_s`) to the first audible reply sample out of the pipeline, both on
 the input clock. A reply that starts before the end of speech is a cut-off (a pause taken for the end of the turn);
 the figure is then the first reply that starts after it.
 """

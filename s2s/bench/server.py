@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from s2s import audio
+from s2s.bench.real_speech import noise_floor
 
 RATE = 24000
 CHUNK_S = 0.1
@@ -57,8 +58,11 @@ def is_loopback(url: str) -> bool:
 
 
 def speech_end_s(samples: np.ndarray, rate: int) -> float:
-    """Where the last voiced sample is (2% of the peak), in seconds from the start."""
-    loud = np.flatnonzero(np.abs(samples) > 0.02 * (np.abs(samples).max() or 1.0))
+    """Where the last voiced sample is, in seconds from the start: above 2% of the peak and above six times the
+    recording's noise floor (:func:`s2s.bench.real_speech.noise_floor`, an RMS level), since some real recordings
+    hiss at 2-3% of their peak to the last sample."""
+    level = np.abs(samples)
+    loud = np.flatnonzero(level > max(0.02 * (level.max() or 1.0), 6 * noise_floor(samples)))
     return (loud[-1] + 1) / rate if len(loud) else 0.0
 
 
