@@ -186,7 +186,7 @@ class PauseShaper:
     ``tail_s`` if the chunk ends there. Blocks with sound come out as soon as they arrive.
     """
 
-    def __init__(self, sample_rate: int, lead_s: float = 0.05, tail_s: float = 0.25) -> None:
+    def __init__(self, sample_rate: int, lead_s: float, tail_s: float) -> None:
         self.lead = round(lead_s * sample_rate)
         self.tail = round(tail_s * sample_rate)
         self._started = False

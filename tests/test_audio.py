@@ -104,7 +104,7 @@ def test_pause_shaper_never_holds_sound_back_and_forgets_silent_blocks_before_it
     out = shaper.feed(_sound(10))
     assert len(out) == 60 and np.all(out[-10:] == 0.5)
     assert len(shaper.finish()) == 0
-    assert len(shaper.finish()) == 0 and len(audio.PauseShaper(1000).finish()) == 0  # all silent: nothing
+    assert len(shaper.finish()) == 0 and len(audio.PauseShaper(1000, 0.05, 0.25).finish()) == 0  # all silent: nothing
 
 
 def test_sound_bounds():

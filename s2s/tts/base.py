@@ -51,7 +51,7 @@ class TTSStage(Stage):
     accepts = (ReplyText,)
     emits = (ReplyAudio,)
     sample_rate: int = 24000
-    lead_silence_s: float = 0.05
+    lead_silence_s: float = 0.01
     max_pause_s: float = 0.25
     voice_key: ClassVar[str | None] = None
     speed_key: ClassVar[str | None] = None
