@@ -259,8 +259,8 @@ def test_each_utterance_gets_a_budget_sized_to_its_text():
 
 
 @pytest.mark.parametrize("option, platform, chunk, attention", [
-    ("qwen3_mlx", "linux", 4, None), ("qwen3_ggml", "linux", 8, None), ("qwen3_torch", "linux_cuda", 8, "eager")])
-def test_the_reference_defaults_per_backend(tmp_path, option, platform, chunk, attention):
+    ("qwen3_mlx", "linux", 4, None), ("qwen3_ggml", "linux", 8, None), ("qwen3_torch", "linux_cuda", 8, "sdpa")])
+def test_the_defaults_per_backend(tmp_path, option, platform, chunk, attention):
     settings = tts_spec(tmp_path, f"tts={option}", platform=platform).build().settings
     assert (settings.streaming_chunk_size, settings.attn_implementation) == (chunk, attention)
     assert settings.non_streaming_mode is None and settings.parity_mode is False and settings.blocksize is None
@@ -404,7 +404,7 @@ def test_torch_voice_design_and_clone(tmp_path, monkeypatch, tiny, reference_wav
         speak(stage)
     assert [(c.kwargs["ref_audio"], c.kwargs["ref_text"], c.kwargs["xvec_only"]) for c in clone] == [
         (str(reference_wav), "This is a test.", False), (str(reference_wav), "", True)]
-    assert eager_torch[-1]["attn_implementation"] == "eager"  # not configured: the reference's default
+    assert eager_torch[-1]["attn_implementation"] == "sdpa"  # not configured: the library's default
 
     warmups = spy(monkeypatch, FasterQwen3TTS, "warmup")
     stage = tts_spec(tmp_path, *common, f"tts.model={tiny['base']}", f"tts.ref_audio={reference_wav}",

@@ -159,7 +159,7 @@ class Qwen3TTS(TTSStage):
         gguf_talker_path, gguf_codec_path: ggml only, local GGUF files instead of downloading them.
         ref_cache_dir: ggml only, where extracted voice references are cached (null: the library's default).
         dtype: torch only, auto (bf16 where supported, else fp16) or an explicit torch dtype name.
-        attn_implementation: torch only, eager, sdpa or flash_attention_2 (null: eager, the reference's).
+        attn_implementation: torch only, eager, sdpa or flash_attention_2 (null: sdpa, the library's).
     """
 
     voice_key = "speaker"
