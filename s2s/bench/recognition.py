@@ -70,14 +70,18 @@ def as_spoken(samples: np.ndarray, turn: int, frame: int = 512, every: int = 4, 
             SpeechSoFar(frames, 16000, turn, start, paused=True)]
 
 
-def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
-    """(errors, reference words, seconds per second of speech, what was heard) for one clip.
+Scored = tuple[int, int, float, str, int, int]  # errors, words, seconds per second, heard; the same normalised
+
+
+def score(stage: Any, clip: Clip, index: int) -> Scored:
+    """(errors, reference words, seconds per second of speech, what was heard, and errors and words after
+    Whisper's English normaliser) for one clip.
 
     An STT that decodes while the user speaks gets the speech as the VAD would give it first (untimed), and the
     time is what is left after the end of speech: from the speech so far that says it paused (a pass there
     belongs to the end of speech) to the segment's transcript.
     """
-    from s2s.bench.roundtrip import word_error_rate
+    from s2s.bench.roundtrip import whisper_normalised_errors, word_error_rate
 
     samples = clip.samples
     paused: list[SpeechSoFar] = []
@@ -93,12 +97,14 @@ def score(stage: Any, clip: Clip, index: int) -> tuple[int, int, float, str]:
     seconds = (time.perf_counter() - start) / (len(clip.samples) / 16000)
     heard = next((m.text for m in out if isinstance(m, Transcript)), "")
     words = len(clip.text.split())
-    return round(word_error_rate(clip.text, heard) * words), words, seconds, heard
+    return (round(word_error_rate(clip.text, heard) * words), words, seconds, heard,
+            *whisper_normalised_errors(clip.text, heard))
 
 
-def part_wer(found: list[tuple[int, int, float, str]]) -> str:
+def part_wer(found: list[Scored], normalised: bool = False) -> str:
     """The word error rate of a part of the set, or "-" when the set has none of it."""
-    return f"{sum(r[0] for r in found) / sum(r[1] for r in found):.3f}" if found else "-"
+    errors, words = (4, 5) if normalised else (0, 1)
+    return f"{sum(r[errors] for r in found) / sum(r[words] for r in found):.3f}" if found else "-"
 
 
 def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int | None = None) -> int:
@@ -109,19 +115,20 @@ def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int 
         if not espeak_available():
             print("espeak-ng is not installed: only the bundled and packaged recordings are scored")
         stages = {name: build_stt(extra, Path(folder)) for name, extra in variants.items()}
-        results: dict[str, list[tuple[int, int, float, str]]] = {name: [] for name in variants}
+        results: dict[str, list[Scored]] = {name: [] for name in variants}
         for index, clip in enumerate(clips):
             for name in (list(variants) if index % 2 == 0 else list(reversed(variants))):
                 results[name].append(score(stages[name], clip, index))
-    lines = ["| variant | WER | WER, real speech set | WER, espeak | errors / words | clips with an error | "
-             "STT s per s of speech, p50 / p90 |", "|---|---|---|---|---|---|---|"]
+    lines = ["| variant | WER | WER, real speech set | WER, real, Whisper's normaliser | WER, espeak | errors / words | "
+             "clips with an error | STT s per s of speech, p50 / p90 |", "|---|---|---|---|---|---|---|---|"]
     for name, found in results.items():
         errors, words = sum(r[0] for r in found), sum(r[1] for r in found)
-        real_wer, espeak_wer = (part_wer([r for r, clip in zip(found, clips) if clip.name.startswith(prefix)])
-                                for prefix in ("real: ", "espeak "))
+        real = [r for r, clip in zip(found, clips) if clip.name.startswith("real: ")]
+        espeak_wer = part_wer([r for r, clip in zip(found, clips) if clip.name.startswith("espeak ")])
         times = [r[2] for r in found]
         wrong = sum(1 for r in found if r[0])
-        lines.append(f"| `{name}` | {errors / words:.3f} | {real_wer} | {espeak_wer} | {errors} / {words} | "
+        lines.append(f"| `{name}` | {errors / words:.3f} | {part_wer(real)} | {part_wer(real, normalised=True)} | "
+                     f"{espeak_wer} | {errors} / {words} | "
                      f"{wrong} of {len(found)} | {statistics.median(times):.3f} / "
                      f"{float(np.percentile(times, 90)):.3f} |")
     for name, found in results.items():

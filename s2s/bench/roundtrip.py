@@ -31,6 +31,22 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
     return float(jiwer.wer(reference, hypothesis, reference_transform=normalise, hypothesis_transform=normalise))
 
 
+def whisper_normalised_errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(word errors, reference words) after Whisper's English text normaliser, the one published Whisper WERs use
+    (transformers' ``EnglishTextNormalizer``, without its British-to-American spelling table): numbers as digits
+    ("ten" and "10"), contractions and "gonna" spelled out, fillers and punctuation dropped. What it forgives does
+    not change what was said: "Go forward 10 meters." for "Go forward ten meters." is no error."""
+    jiwer = require("jiwer", backend="sink=roundtrip", extra="sweep")
+    from transformers.models.whisper.english_normalizer import EnglishTextNormalizer
+
+    normalise = EnglishTextNormalizer({})
+    said, heard = normalise(reference).split(), normalise(hypothesis).split()
+    if not said:
+        return len(heard), 0
+    found = jiwer.process_words(" ".join(said), " ".join(heard) or "")
+    return found.substitutions + found.deletions + found.insertions, len(said)
+
+
 class RoundTripSink(Stage):
     """Collects each turn's reply audio; at the end of input transcribes it and yields ``Metric(turn, "wer")``.
 
