@@ -58,6 +58,7 @@ def shape_at(cues: list[dict], seconds: float) -> int:
 
 
 def test_visemes_come_only_when_asked_and_tile_the_audio_ahead_of_it(echo_server):
+    echo_server.wait_idle()  # one session at a time: the previous test's may still be closing
     with openai_client(echo_server).realtime.connect(model="s2s") as connection:
         events = Events(connection)
         assert not hasattr(events.until("session.created", 30).session.audio.output, "visemes")
@@ -107,6 +108,7 @@ def test_visemes_come_only_when_asked_and_tile_the_audio_ahead_of_it(echo_server
 
 
 def test_a_cancelled_response_stops_its_visemes(echo_server):
+    echo_server.wait_idle()  # one session at a time: the previous test's may still be closing
     with openai_client(echo_server).realtime.connect(model="s2s") as connection:
         events = Events(connection)
         events.until("session.created", 30)
