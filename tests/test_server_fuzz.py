@@ -286,12 +286,20 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
             problems.append(f"a refused connection closed with {connection.close_code}, not 1013")
         tally("refused")
 
+    def free_slot() -> None:
+        """Until the churner's earlier session is freed (just after its client goes) and a pipeline is free."""
+        until = min(deadline, time.monotonic() + WAIT_S)
+        while server.get("/v1/sessions")[1].get("active", 0) > SESSIONS and time.monotonic() < until:
+            time.sleep(0.1)
+
+    again: int | None = None  # a way that was refused (every pipeline busy) is tried again once one is free
     for index in range(CHURN):
         if time.monotonic() > deadline:
             problems.append(f"churn out of time after {index} connections")
             return
         # every way at least once, then at random
-        way = index % 6 if index < 6 else rng.randrange(6)
+        way = again if again is not None else index % 6 if index < 6 else rng.randrange(6)
+        again = None
         try:
             if way == 0:  # open and close at once, maybe before session.created
                 raw_connect(server).close()
@@ -304,6 +312,8 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 connection = raw_connect(server)
                 if (first := json.loads(connection.recv(timeout=WAIT_S)))["type"] == "error":
                     refused(connection, first)  # all pipelines still busy with an earlier churn
+                    again = way
+                    free_slot()
                     continue
                 payload = _event("session.update", session={"instructions": "x" * rng.randrange(10, 100_000)})
                 data = payload.encode()
@@ -315,6 +325,8 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 connection = raw_connect(server)
                 if (first := json.loads(connection.recv(timeout=WAIT_S)))["type"] == "error":
                     refused(connection, first)
+                    again = way
+                    free_slot()
                     continue
                 data = b"\xff\xfe" + _junk(rng, 20).encode()
                 head = _masked_frame_head(0x1, len(data))
@@ -335,6 +347,8 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 first = json.loads(connection.recv(timeout=WAIT_S))
                 if first["type"] == "error":  # all pipelines still busy with an earlier churn: 1013
                     refused(connection, first)
+                    again = way
+                    free_slot()
                     continue
                 try:
                     connection.send("x" * (HARD_CAP + rng.randrange(1, 100_000)))
