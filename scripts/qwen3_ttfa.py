@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,24 +32,25 @@ CHUNK = 8  # codec steps per streamed chunk: the faster-qwen3-tts default
 STEPS = 64
 
 
-def _library(model_dir: Path):
+def _to_first_block(start: Callable[[], Generator]) -> float:
+    """Seconds from starting a stream to its first block; the stream is then closed, as the runner does."""
+    began = time.perf_counter()
+    blocks = start()
+    next(blocks)
+    took = time.perf_counter() - began
+    blocks.close()
+    return took
+
+
+def _library(model_dir: Path) -> Callable[[], float]:
     import torch
     from faster_qwen3_tts import FasterQwen3TTS
 
     model = FasterQwen3TTS.from_pretrained(str(model_dir), device="cuda", dtype=torch.bfloat16, backend="torch",
                                            max_seq_len=2048)
     model.warmup()
-
-    def first() -> float:
-        start = time.perf_counter()
-        blocks = model.generate_custom_voice_streaming(text=TEXT, language="English", speaker="ryan",
-                                                       max_new_tokens=STEPS, chunk_size=CHUNK)
-        next(blocks)
-        took = time.perf_counter() - start
-        blocks.close()
-        return took
-
-    return first
+    return lambda: _to_first_block(lambda: model.generate_custom_voice_streaming(
+        text=TEXT, language="English", speaker="ryan", max_new_tokens=STEPS, chunk_size=CHUNK))
 
 
 def _overrides(model_dir: Path) -> list[str]:
@@ -56,7 +58,7 @@ def _overrides(model_dir: Path) -> list[str]:
             f"tts.max_new_tokens={STEPS}"]
 
 
-def _stage(model_dir: Path, *extra: str):
+def _stage(model_dir: Path, *extra: str) -> Callable[[], float]:
     from s2s.compose import compose, prepare_argv
     from s2s.config import validate
     from s2s.messages import ReplyText
@@ -67,16 +69,7 @@ def _stage(model_dir: Path, *extra: str):
     stage = spec.build()
     stage.setup()
     print(f"  stage: {stage.describe()}", flush=True)
-
-    def first() -> float:
-        start = time.perf_counter()
-        blocks = stage.process(ReplyText(TEXT, 0, "en"))
-        next(blocks)
-        took = time.perf_counter() - start
-        blocks.close()
-        return took
-
-    return first
+    return lambda: _to_first_block(lambda: stage.process(ReplyText(TEXT, 0, "en")))
 
 
 def _runner(model_dir: Path, out: Path) -> list[float]:

@@ -273,8 +273,14 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
     def tally(what: str) -> None:
         seen[what] = seen.get(what, 0) + 1
 
+    def free_slot() -> None:
+        """Until the churner's earlier session is freed (just after its client goes) and a pipeline is free."""
+        until = min(deadline, time.monotonic() + WAIT_S)
+        while server.get("/v1/sessions")[1].get("active", 0) > SESSIONS and time.monotonic() < until:
+            time.sleep(0.1)
+
     def refused(connection, error: dict) -> None:
-        """A session over the limit: ``session_limit_reached``, then close code 1013."""
+        """A session over the limit: ``session_limit_reached``, then close code 1013; then a pipeline is awaited."""
         if error["error"]["code"] != "session_limit_reached":
             problems.append(f"a churned connection got {error['error']}")
         try:
@@ -285,12 +291,7 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
         if connection.close_code != 1013:
             problems.append(f"a refused connection closed with {connection.close_code}, not 1013")
         tally("refused")
-
-    def free_slot() -> None:
-        """Until the churner's earlier session is freed (just after its client goes) and a pipeline is free."""
-        until = min(deadline, time.monotonic() + WAIT_S)
-        while server.get("/v1/sessions")[1].get("active", 0) > SESSIONS and time.monotonic() < until:
-            time.sleep(0.1)
+        free_slot()
 
     again: int | None = None  # a way that was refused (every pipeline busy) is tried again once one is free
     for index in range(CHURN):
@@ -313,7 +314,6 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 if (first := json.loads(connection.recv(timeout=WAIT_S)))["type"] == "error":
                     refused(connection, first)  # all pipelines still busy with an earlier churn
                     again = way
-                    free_slot()
                     continue
                 payload = _event("session.update", session={"instructions": "x" * rng.randrange(10, 100_000)})
                 data = payload.encode()
@@ -326,7 +326,6 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 if (first := json.loads(connection.recv(timeout=WAIT_S)))["type"] == "error":
                     refused(connection, first)
                     again = way
-                    free_slot()
                     continue
                 data = b"\xff\xfe" + _junk(rng, 20).encode()
                 head = _masked_frame_head(0x1, len(data))
@@ -348,7 +347,6 @@ def churn(server: RunningServer, rng: random.Random, deadline: float, problems: 
                 if first["type"] == "error":  # all pipelines still busy with an earlier churn: 1013
                     refused(connection, first)
                     again = way
-                    free_slot()
                     continue
                 try:
                     connection.send("x" * (HARD_CAP + rng.randrange(1, 100_000)))

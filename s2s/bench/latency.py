@@ -36,10 +36,8 @@ QUESTIONS = [
     ("Why is the sky blue?", "en-gb+m3", 155),
 ]
 TRUE = "true_voice_to_voice_s"  # from the file's own end of speech: the last turn of each clip
-BREAKDOWN = [(TRUE, "true voice-to-voice"), ("voice_to_voice_s", "from the VAD's end"),
-             ("endpoint_s", "endpoint"),
-             ("stt_s", "STT"),
-             ("stt_after_s", "STT after end of speech"),
+BREAKDOWN = [(TRUE, "true voice-to-voice"), ("voice_to_voice_s", "from the VAD's end"), ("endpoint_s", "endpoint"),
+             ("stt_s", "STT"), ("stt_after_s", "STT after end of speech"),
              ("llm_first_sentence_s", "LLM 1st chunk"), ("tts_first_audio_s", "TTS 1st chunk"), ("held_s", "held")]
 
 

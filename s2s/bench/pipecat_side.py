@@ -9,9 +9,9 @@ runner per file, :func:`s2s.bench.latency.run_pipeline`); pipecat's in the pipec
 file the two run back to back, the first of them alternating.
 
 One measure for both: true voice-to-voice, from the end of the user's speech (the last sample above 2% of the
-file's peak and six times its noise floor, :func:`s2s.bench.server.speech_end_s`) to the first audible reply sample out of the pipeline, both on
-the input clock. A reply that starts before the end of speech is a cut-off (a pause taken for the end of the turn);
-the figure is then the first reply that starts after it.
+file's peak and six times its noise floor, :func:`s2s.bench.server.speech_end_s`) to the first audible reply
+sample out of the pipeline, both on the input clock. A reply that starts before the end of speech is a cut-off
+(a pause taken for the end of the turn); the figure is then the first reply that starts after it.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from s2s import audio
-from s2s.bench.latency import run_pipeline, write_input
+from s2s.bench.latency import LEAD_S, run_pipeline, write_input
 from s2s.bench.server import speech_end_s
 from s2s.bench.speech import Clip
 from s2s.platform import cpu_description
@@ -35,7 +35,6 @@ from s2s.platform import cpu_description
 RATE = 16000
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 300.0  # pipecat's imports and the models, on a busy machine
-LEAD_S = 0.5  # write_input's silence before the clip
 
 
 def default_clips() -> list[Clip]:

@@ -14,7 +14,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -70,12 +70,19 @@ def as_spoken(samples: np.ndarray, turn: int, frame: int = 512, every: int = 4, 
             SpeechSoFar(frames, 16000, turn, start, paused=True)]
 
 
-Scored = tuple[int, int, float, str, int, int]  # errors, words, seconds per second, heard; the same normalised
+class Scored(NamedTuple):
+    """One clip's score: word errors and reference words as written and after Whisper's English normaliser."""
+
+    errors: int
+    words: int
+    seconds: float  # STT time per second of speech
+    heard: str
+    normalised_errors: int
+    normalised_words: int
 
 
 def score(stage: Any, clip: Clip, index: int) -> Scored:
-    """(errors, reference words, seconds per second of speech, what was heard, and errors and words after
-    Whisper's English normaliser) for one clip.
+    """One clip through the STT stage, scored.
 
     An STT that decodes while the user speaks gets the speech as the VAD would give it first (untimed), and the
     time is what is left after the end of speech: from the speech so far that says it paused (a pass there
@@ -97,14 +104,17 @@ def score(stage: Any, clip: Clip, index: int) -> Scored:
     seconds = (time.perf_counter() - start) / (len(clip.samples) / 16000)
     heard = next((m.text for m in out if isinstance(m, Transcript)), "")
     words = len(clip.text.split())
-    return (round(word_error_rate(clip.text, heard) * words), words, seconds, heard,
-            *whisper_normalised_errors(clip.text, heard))
+    return Scored(round(word_error_rate(clip.text, heard) * words), words, seconds, heard,
+                  *whisper_normalised_errors(clip.text, heard))
 
 
 def part_wer(found: list[Scored], normalised: bool = False) -> str:
     """The word error rate of a part of the set, or "-" when the set has none of it."""
-    errors, words = (4, 5) if normalised else (0, 1)
-    return f"{sum(r[errors] for r in found) / sum(r[words] for r in found):.3f}" if found else "-"
+    if not found:
+        return "-"
+    if normalised:
+        return f"{sum(r.normalised_errors for r in found) / sum(r.normalised_words for r in found):.3f}"
+    return f"{sum(r.errors for r in found) / sum(r.words for r in found):.3f}"
 
 
 def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int | None = None) -> int:
@@ -119,20 +129,20 @@ def bench_recognition(overrides: list[str], versus: list[list[str]], limit: int 
         for index, clip in enumerate(clips):
             for name in (list(variants) if index % 2 == 0 else list(reversed(variants))):
                 results[name].append(score(stages[name], clip, index))
-    lines = ["| variant | WER | WER, real speech set | WER, real, Whisper's normaliser | WER, espeak | errors / words | "
-             "clips with an error | STT s per s of speech, p50 / p90 |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | WER | WER, real speech set | WER, real, Whisper's normaliser | WER, espeak | "
+             "errors / words | clips with an error | STT s per s of speech, p50 / p90 |", "|---" * 8 + "|"]
     for name, found in results.items():
-        errors, words = sum(r[0] for r in found), sum(r[1] for r in found)
+        errors, words = sum(r.errors for r in found), sum(r.words for r in found)
         real = [r for r, clip in zip(found, clips) if clip.name.startswith("real: ")]
         espeak_wer = part_wer([r for r, clip in zip(found, clips) if clip.name.startswith("espeak ")])
-        times = [r[2] for r in found]
-        wrong = sum(1 for r in found if r[0])
+        times = [r.seconds for r in found]
+        wrong = sum(1 for r in found if r.errors)
         lines.append(f"| `{name}` | {errors / words:.3f} | {part_wer(real)} | {part_wer(real, normalised=True)} | "
                      f"{espeak_wer} | {errors} / {words} | "
                      f"{wrong} of {len(found)} | {statistics.median(times):.3f} / "
                      f"{float(np.percentile(times, 90)):.3f} |")
     for name, found in results.items():
-        misheard = [f"  {clip.name}: {clip.text!r} -> {r[3]!r}" for clip, r in zip(clips, found) if r[0]]
+        misheard = [f"  {clip.name}: {clip.text!r} -> {r.heard!r}" for clip, r in zip(clips, found) if r.errors]
         lines += [f"\n{name}: {len(misheard)} clips misheard", *misheard]
     print("\n".join(lines))
     return 0

@@ -43,7 +43,7 @@ def whisper_normalised_errors(reference: str, hypothesis: str) -> tuple[int, int
     said, heard = normalise(reference).split(), normalise(hypothesis).split()
     if not said:
         return len(heard), 0
-    found = jiwer.process_words(" ".join(said), " ".join(heard) or "")
+    found = jiwer.process_words(" ".join(said), " ".join(heard))
     return found.substitutions + found.deletions + found.insertions, len(said)
 
 

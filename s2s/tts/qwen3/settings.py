@@ -28,7 +28,8 @@ Backend = Literal["ggml", "torch", "mlx"]
 FRAME_RATE = 12.5  # codec steps per second of audio
 # codec steps per streamed block when not configured: the reference system's defaults (mlx 0.32 s, faster 0.64 s)
 DEFAULT_CHUNK_SIZE = {"mlx": 4, "ggml": 8, "torch": 8}
-DEFAULT_ATTENTION = "sdpa"  # torch: faster-qwen3-tts's own; eager (the reference's) was 7% slower to first audio on a GPU
+# torch: faster-qwen3-tts's own; eager (the reference's) was 7% slower to first audio on an H200 (README)
+DEFAULT_ATTENTION = "sdpa"
 # How long a text takes to say, to size each reply's codec-step budget (the reference system's estimate): the
 # slower of words and characters, half a second per punctuation mark, a second of prompt, and 35% to spare.
 WORDS_PER_S, CHARS_PER_S, PAUSE_S, PROMPT_S, MARGIN = 2.6, 14.0, 0.5, 1.0, 1.35
