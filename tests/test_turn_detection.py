@@ -140,6 +140,7 @@ def test_each_turn_option_composes_validates_and_reaches_the_vad(tmp_path):
      "turn._target_=s2s.vad.turn_detection.Semantic: invalid; expected one of s2s.vad.turn_detection.SilenceSettings"),
     ("+turn.detector=words", "turn.detector=words: invalid; expected a known key"),
     ("vad.speculative_silence_ms=null", "vad.speculative_silence_ms=None: invalid; expected a silence in ms"),
+    ("turn.judge_silence_ms=10", "turn.judge_silence_ms=10: invalid; expected a number from 32 to 10000"),
 ])
 @pytest.mark.parametrize("option", ["smart_turn", "words"])
 def test_bad_turn_settings_are_refused_before_loading(option, override, expected, tmp_path):
@@ -160,6 +161,9 @@ def test_max_silence_must_outlast_the_judging_silence(tmp_path):
     with pytest.raises(ConfigErrors, match=r"turn.max_silence_ms=400: invalid; expected more than vad.spec"):
         validate(compose_config(["turn=smart_turn", "turn.max_silence_ms=400", "vad.speculative_silence_ms=500",
                                  "vad.min_silence_ms=600"], tmp_path))
+    with pytest.raises(ConfigErrors, match=r"turn.max_silence_ms=1400: invalid; expected more than "
+                                           r"turn.judge_silence_ms \(1500\)"):
+        validate(compose_config(["turn=words", "turn.judge_silence_ms=1500"], tmp_path))
 
 
 ALL_FOUR = ", ".join(f"s2s.vad.turn_detection.{kind}Settings" for kind in ("Silence", "SmartTurn", "Words", "Fused"))

@@ -82,7 +82,8 @@ def ended(out: list) -> tuple[SpeechSegment, TurnConfirmed]:
 def test_a_verdict_of_done_ends_the_silent_turn_at_once(question):
     segment, confirmed = ended(run_vad(question, 0.6, late_s=0.1))
     assert segment.speculative
-    assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.3, abs=0.07)  # 0.2 speculative + 0.1 verdict
+    # the verdict came 0.1 s after the segment (at 0.064 s): the turn ends at the judge silence (0.2 s)
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.2, abs=0.05)
 
 
 def test_a_low_verdict_or_none_waits_for_the_maximum_silence(question):
@@ -101,7 +102,9 @@ def test_a_verdict_for_a_turn_no_longer_open_is_ignored(question):
 
 def test_speech_resuming_after_a_low_verdict_discards_the_attempt(question):
     speech = question[:len(question) - 32000]
-    out = run_vad(np.concatenate([speech, speech, audio.silence(2.0, 16000)]), 0.01)
+    # work from 200 ms of silence on: at the default 64 ms, gaps between words start (and drop) attempts too
+    vad = SileroVAD(speculative_silence_ms=200, turn=WORDS)
+    out = run_vad(np.concatenate([speech, speech, audio.silence(2.0, 16000)]), 0.01, vad=vad)
     assert [type(m).__name__ for m in out if not isinstance(m, Data) and type(m).__name__ != "SpeechStarted"] \
         == ["TurnDiscarded", "TurnConfirmed"]
     assert [m for m in out if isinstance(m, TurnDiscarded)][0].turn == 0
@@ -119,7 +122,7 @@ class Heard:
 
 
 @pytest.mark.parametrize("audio_done,words,words_done_ms,after_s", [
-    (True, 0.6, 600, 0.3),  # both done: at once (the verdict comes at the speculative silence)
+    (True, 0.6, 600, 0.2),  # both done: at the judge silence (the verdict came 0.1 s after the segment)
     (False, 0.6, 600, 0.6),  # the words done, the audio not: the words' own silence
     (False, 0.6, None, 1.5),  # ... or the long wait, when words_done_ms is null
     (True, 0.01, 600, 1.5),  # the words unfinished: the long wait, whatever the audio says
@@ -135,7 +138,31 @@ def test_fused_ends_at_once_when_both_say_done_and_waits_longest_for_unfinished_
 
 
 
-@pytest.mark.parametrize("words,after_s", [(0.6, 0.3), (0.01, 1.5)])
+@pytest.mark.parametrize("late_s,after_s", [
+    (0.05, 0.2),  # the verdict came before the judge silence: the turn ends there
+    (0.3, 0.36),  # ... after it: at once
+])
+def test_the_work_starts_before_the_judge_silence_and_the_turn_ends_no_sooner(question, late_s, after_s):
+    """vad.speculative_silence_ms below turn.judge_silence_ms: the segment (the reply's work) goes first; Smart
+    Turn hears the pause at the judge silence, and a verdict of done that came sooner waits for it."""
+    vad = SileroVAD(speculative_silence_ms=64, turn={"_target_": "s2s.vad.turn_detection.FusedSettings",
+                                                     "words_threshold": 0.1, "judge_silence_ms": 200})
+    vad.detector = heard = Heard(True)
+    segment, confirmed = ended(run_vad(question, 0.6, late_s=late_s, vad=vad))
+    assert segment.speculative and segment.closed_s - segment.speech_end_s == pytest.approx(0.064, abs=0.04)
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.05)
+    # Smart Turn heard the pause once, at the judge silence: 0.13 s more than the segment holds (its pad aside)
+    [samples] = heard.heard
+    assert (samples - len(segment.samples)) / 16000 == pytest.approx(0.2 - 0.064, abs=0.05)
+
+
+def test_the_words_alone_end_the_turn_no_sooner_than_the_judge_silence(question):
+    vad = SileroVAD(speculative_silence_ms=64, turn={**WORDS, "judge_silence_ms": 300})
+    segment, confirmed = ended(run_vad(question, 0.6, late_s=0.05, vad=vad))
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.3, abs=0.05)
+
+
+@pytest.mark.parametrize("words,after_s", [(0.6, 0.2), (0.01, 1.5)])
 def test_fused_without_smart_turn_judges_by_the_words_alone(question, monkeypatch, caplog, tmp_path, words, after_s):
     """A wheel installed without pipecat-ai (scripts/setup.sh adds it): the default still validates and runs."""
     from s2s.config import validate

@@ -105,9 +105,10 @@ class FasterWhisperSTT(STTStage):
         incremental_s: while the user speaks, decode the utterance again after each this many seconds of new
             speech, its decoder made to start with the words two passes agreed on (:mod:`s2s.stt.incremental`),
             so that the end of speech costs only the words after them. null: one pass when the utterance ends.
-        at_pause: decode the utterance when the speech pauses (``vad.speech_pad_ms`` of silence), about 0.1 s before
-            the turn's segment goes at ``vad.speculative_silence_ms``: the same audio, so the turn's transcript is
-            then made or under way when the turn starts. Each pause inside a sentence costs one pass.
+        at_pause: decode the utterance when the speech pauses (``vad.speech_pad_ms`` of silence), if that comes
+            before the turn's segment (``vad.speculative_silence_ms``; with the default 64 ms the segment comes
+            first and is itself the pass): the same audio, so the turn's transcript is then made or under way when
+            the turn starts. Each pause inside a sentence costs one pass.
         cache_dir: where a packaged model in parts (``base``) is joined once (null: the user cache folder).
     """
 
