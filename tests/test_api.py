@@ -23,7 +23,8 @@ def test_an_agent_hears_what_a_program_feeds_at_any_rate_and_hands_back_the_repl
             agent.feed(block, 44100)
     assert len(turns) == 1 and "capital" in turns[0]["user"].lower()
     assert turns[0]["assistant"] == turns[0]["user"]  # llm=echo says it back
-    assert replies and {reply.turn for reply in replies} == {0}
+    # one turn's audio (its number counts the VAD's attempts: a gap between espeak's words may start one and drop it)
+    assert replies and len({reply.turn for reply in replies}) == 1
     spoken = sum(len(reply.samples) / reply.sample_rate for reply in replies)
     assert spoken > 1.0  # the whole echoed sentence, not a click
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())

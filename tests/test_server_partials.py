@@ -318,3 +318,42 @@ def test_with_partial_transcripts_null_only_the_final_delta_is_sent(tmp_path, lo
         assert server.stop() == 0, server.output[-3000:]
     deltas = [e for e in events if e.type == DELTA]
     assert [e.delta for e in deltas] == [completed.transcript]
+
+
+def test_the_rest_of_an_utterance_after_a_void_attempt_is_the_same_item(espeak, tmp_path):
+    """A short pause starts a speculative attempt; the user goes on, so it is void and the rest of the utterance
+    takes a new turn number (the void attempt's late work is told apart by it). The client still sees one
+    utterance: one ``speech_started``, one item, one run of deltas that the final transcript completes."""
+    from conftest import trimmed
+    from s2s import audio
+    from s2s.messages import SpeechSoFar, TurnConfirmed, TurnDiscarded
+    from s2s.vad.silero import SileroVAD
+
+    halves = [trimmed(audio.read_audio(espeak(text, tmp_path / f"{n}.wav"), 16000))
+              for n, text in enumerate(["The quick brown fox", "jumps over the lazy dog."])]
+    pause = audio.silence(0.13, 16000)  # past the 64 ms that start the work, short of the 600 ms that end a turn
+    samples = np.concatenate([audio.silence(0.5, 16000), halves[0], pause, halves[1], audio.silence(1.5, 16000)])
+    turns = TurnCounter()
+    vad = SessionVAD(SileroVAD(speculative_silence_ms=64), turns)
+    vad.wanted = frozenset({SpeechSoFar})
+    vad.setup()
+    out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
+    started = [m for m in out if isinstance(m, SpeechStarted)]
+    void = [m.turn for m in out if isinstance(m, TurnDiscarded)]
+    [stood] = [m.turn for m in out if isinstance(m, TurnConfirmed)]
+    [final] = [m for m in out if isinstance(m, SpeechSegment) and m.turn == stood]
+    assert len(started) == 1 and void and stood not in void  # the attempt was void, the rest stood
+    assert {turns.utterance(m.turn) for m in out if getattr(m, "turn", None) is not None} == {started[0].turn}
+    assert final.end_s - final.start_s > 2.0  # the whole utterance, both halves
+
+    t = translator()
+    t.utterance = turns.utterance
+    first, rest = started[0].turn, final.turn
+    events = run(t, UserStarted(first), UserPartial(first, "The quick brown"), UserPartial(rest, "The quick brown fox"),
+                 UserStopped(rest, final.end_s), UserHeard(rest, "The quick brown fox jumps over the lazy dog."))
+    user = [e for e in events if e["type"].startswith(("input_audio_buffer.", "conversation.item."))
+            and e.get("item", {}).get("role", "user") == "user"]
+    ids = {e["item_id"] for e in user if "item_id" in e} | {e["item"]["id"] for e in user if "item" in e}
+    assert len(ids) == 1 and len(user) >= 6, user  # started, committed, added, 2 deltas, completed, done
+    deltas = "".join(e["delta"] for e in events if e["type"] == DELTA)
+    assert deltas == "The quick brown fox jumps over the lazy dog."

@@ -88,8 +88,10 @@ def test_a_signal_at_any_moment_exits_cleanly_and_keeps_what_was_written(tmp_pat
     assert "terminate called" not in stderr
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["status"] == "interrupted"
-    for line in (out / "transcript.jsonl").read_text().splitlines():
-        assert json.loads(line)["turn"] in (0, 1)
+    # at most the two questions, each once (a turn's number counts the VAD's attempts: a gap between espeak's
+    # words may start one that the speaker's going on voids, so the second question need not be turn 1)
+    turns = [json.loads(line)["turn"] for line in (out / "transcript.jsonl").read_text().splitlines()]
+    assert len(turns) <= 2 and turns == sorted(set(turns)), turns
     if (out / "reply.wav").exists():  # the part of the reply already made is a valid file
         info = soundfile.info(str(out / "reply.wav"))
         samples, _ = soundfile.read(str(out / "reply.wav"))

@@ -89,9 +89,10 @@ class Session:
         self.tools = ToolBridge(pipeline.llm, self.chat, self.outbox.put)
         self.responses = ResponseQueue()
         self.idle = IdleTimer(self.loop, lambda: self.settings.turn_detection, self._prompt_idle_user)
-        self.translator = Translator(session_id, self.responses, self.tools, self.recorder, self.chat,
-                                     lambda: self.settings, lambda: self._input_samples, self.idle)
         self.turns = TurnCounter()
+        self.translator = Translator(session_id, self.responses, self.tools, self.recorder, self.chat,
+                                     lambda: self.settings, lambda: self._input_samples, self.idle,
+                                     self.turns.utterance)
         self.graph: Graph | None = None
         self._graph_thread: threading.Thread | None = None
         self._source: SocketSource | None = None

@@ -38,15 +38,31 @@ class SocketSink(CallbackSink):
 
 
 class TurnCounter:
-    """One sequence of turn numbers per session, shared by spoken turns (from the VAD) and typed ones."""
+    """One sequence of turn numbers per session, shared by spoken turns (from the VAD) and typed ones.
+
+    A turn number names one attempt at the user's turn: when the user goes on after a speculative attempt, the
+    attempt is void and the rest of the utterance takes a new number (so the void attempt's late work is told
+    apart). The client still sees one utterance, one item: :meth:`utterance` maps each number to the first.
+    """
 
     def __init__(self) -> None:
         self._count = itertools.count()
         self._lock = threading.Lock()
+        self._first: dict[int, int] = {}  # a turn that goes on with an earlier, void attempt -> its first turn
 
     def next(self) -> int:
         with self._lock:
             return next(self._count)
+
+    def go_on(self, turn: int, earlier: int) -> None:
+        """Turn ``turn`` is the rest of the utterance whose attempt ``earlier`` was void (the user went on)."""
+        with self._lock:
+            self._first[turn] = self._first.get(earlier, earlier)
+
+    def utterance(self, turn: int) -> int:
+        """The first turn number of the utterance ``turn`` belongs to (``turn`` itself for most turns)."""
+        with self._lock:
+            return self._first.get(turn, turn)
 
 
 class SessionVAD(Stage):
@@ -83,6 +99,7 @@ class SessionVAD(Stage):
         self._dropping = False  # the client cleared the utterance in progress: nothing more of it passes
         self._requests: list[str] = []  # commit | clear, acted on before the next chunk
         self._open: int | None = None  # the session's turn of the utterance partial transcripts are for
+        self._went_on: int | None = None  # the session's turn of an attempt the user went on from (its VAD voided it)
         self._partials: PartialTranscriber | None = None
         self._put_partial: Callable[[int, str], None] = lambda turn, text: None
         self._wanted: Callable[[], bool] = lambda: False
@@ -147,7 +164,7 @@ class SessionVAD(Stage):
                 self._replacement.wanted = self.vad.wanted
                 self.vad, self._replacement = self._replacement, None
                 self._numbers.clear()
-                self._open = None
+                self._open = self._went_on = None
             return self.vad
 
     def _renumber(self, message: Message) -> Message:
@@ -157,6 +174,10 @@ class SessionVAD(Stage):
         if turn not in self._numbers:
             self._numbers = {k: v for k, v in self._numbers.items() if k >= turn - 1}  # keep it small
             self._numbers[turn] = self._turns.next()
+            if self._went_on is not None:  # the rest of the utterance: the same item, and its partials go on
+                self._turns.go_on(self._numbers[turn], self._went_on)
+                self._open = self._numbers[turn] if self._speaking and not self._dropping else None
+                self._went_on = None
         if isinstance(message, (SpeechSegment, SpeechSoFar)) and (language := self.language()) is not None:
             return dataclasses.replace(message, turn=self._numbers[turn], language=language)
         return dataclasses.replace(message, turn=self._numbers[turn])
@@ -179,8 +200,9 @@ class SessionVAD(Stage):
                     self._open = getattr(shown, "turn", None)
                 elif isinstance(output, SpeechSegment) and output.speculative and not self._dropping:
                     self._speculated = output.turn
-                elif isinstance(output, TurnDiscarded):
+                elif isinstance(output, TurnDiscarded):  # the VAD's own: the user went on after its attempt
                     self._speculated = None
+                    self._went_on = getattr(shown, "turn", None)
                 elif ends:
                     self._speaking, self._speculated, self._dropping = False, None, False
                 if not isinstance(output, (SpeechStarted, SpeechSoFar)) and getattr(output, "turn", None) is not None:

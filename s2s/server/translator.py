@@ -61,16 +61,18 @@ class Translator:
 
     def __init__(self, session_id: str, responses: ResponseQueue, tools: ToolBridge, recorder: Recorder,
                  chat: ChatContext, settings: Callable[[], SessionSettings],
-                 input_samples: Callable[[], int], idle: IdleTimer | None = None) -> None:
+                 input_samples: Callable[[], int], idle: IdleTimer | None = None,
+                 utterance: Callable[[int], int] = lambda turn: turn) -> None:
         self.session_id, self.responses, self.tools, self.recorder, self.chat = (session_id, responses, tools,
                                                                                 recorder, chat)
         self.settings, self.input_samples, self.idle = settings, input_samples, idle
+        self.utterance = utterance  # a turn -> the first turn of its utterance (the user went on after an attempt)
         self.items = Items(chat)
         self.typed_turns: set[int] = set()  # turns typed by the client: no transcription event for them
         self.idle_turns: set[int] = set()  # the user's silence after a reply (idle_timeout_ms): heard as nothing
         self.requests: dict[int, ResponseRequest] = {}  # what a client's response.create asked for its turn
         self._committed: set[int] = set()  # manual turns: announced at the client's commit
-        self._partial: dict[int, str] = {}  # spoken turns: the transcript deltas sent so far, joined
+        self._partial: dict[int, str] = {}  # spoken utterances: the transcript deltas sent so far, joined
         self._handlers: dict[type, Callable[[Any], Events]] = {
             Send: lambda message: [message.event], UserStarted: self._user_started,
             UserStopped: self._user_stopped, UserPartial: self._user_partial, UserHeard: self._user_heard,
@@ -100,7 +102,8 @@ class Translator:
 
     # ------------------------------------------------------------------ the user's side
     def _user_item(self, turn: int) -> str:
-        return protocol.user_item_id(self.session_id, turn)
+        """One item per utterance: the attempts the user went on from share it with the turn that stood."""
+        return protocol.user_item_id(self.session_id, self.utterance(turn))
 
     def _user_started(self, message: UserStarted) -> Events:
         if self.idle is not None:
@@ -141,7 +144,7 @@ class Translator:
         if message.turn in self.typed_turns:
             return []
         item_id = self._user_item(message.turn)
-        self._partial.pop(message.turn, None)
+        self._partial.pop(self.utterance(message.turn), None)
         out = []
         if self.settings().transcription:
             out.append(event("conversation.item.input_audio_transcription.failed", item_id=item_id, content_index=0,
@@ -162,18 +165,18 @@ class Translator:
 
     def _transcript_delta(self, turn: int, text: str) -> Events:
         """A delta with what ``text`` adds to the deltas of ``turn`` so far; none when it revises them."""
-        sent = self._partial.get(turn, "")
+        sent = self._partial.get(self.utterance(turn), "")
         suffix = new_suffix(sent, text)
         if not suffix:
             return []
-        self._partial[turn] = sent + suffix
+        self._partial[self.utterance(turn)] = sent + suffix
         return [event("conversation.item.input_audio_transcription.delta", item_id=self._user_item(turn),
                       content_index=0, delta=suffix)]
 
     def _user_partial(self, message: UserPartial) -> Events:
         if message.turn in self.typed_turns or not self.settings().transcription:
             return []
-        for turn in [turn for turn in self._partial if turn < message.turn - 8]:  # discarded attempts' text
+        for turn in [turn for turn in self._partial if turn < self.utterance(message.turn) - 8]:  # cleared ones
             del self._partial[turn]
         return self._transcript_delta(message.turn, message.text)
 
@@ -190,7 +193,7 @@ class Translator:
                         event("conversation.item.input_audio_transcription.completed", item_id=item_id,
                               content_index=0, transcript=heard,
                               usage={"type": "duration", "seconds": seconds})]
-            self._partial.pop(message.turn, None)
+            self._partial.pop(self.utterance(message.turn), None)
             item = _user_audio_item(item_id, heard if shown else None, True)
             if (entry := self.items.get(item_id)) is not None:
                 entry.item.update(item)
