@@ -425,9 +425,9 @@ def test_turn_detection_changes_mid_session_and_the_voice_only_before_audio(serv
         connection.session.update(session={"type": "realtime", "audio": {"output": {"voice": "jm_kumo"}}})
         assert events.until("error", 30).error.code == "cannot_update_voice"
         connection.session.update(session={"type": "realtime", "audio": {"input": {"turn_detection": {
-            "type": "server_vad", "threshold": 0.4, "silence_duration_ms": 400, "prefix_padding_ms": 200}}}})
+            "type": "server_vad", "threshold": 0.4, "silence_duration_ms": 500, "prefix_padding_ms": 200}}}})
         detection = events.until("session.updated", 30).session.audio.input.turn_detection
-        assert (detection.threshold, detection.silence_duration_ms, detection.prefix_padding_ms) == (0.4, 400, 200)
+        assert (detection.threshold, detection.silence_duration_ms, detection.prefix_padding_ms) == (0.4, 500, 200)
         send_speech(connection, pcm16(speech["short"]))  # heard by the new VAD
         heard = events.until("conversation.item.input_audio_transcription.completed", 120)
         assert "quick" in heard.transcript.lower()

@@ -14,7 +14,9 @@ from s2s.messages import AudioChunk
 from s2s.vad import turn_detection
 from s2s.vad.silero import SileroVAD
 
-SMART = {"_target_": "s2s.vad.turn_detection.SmartTurnSettings", "threshold": 0.5, "max_silence_ms": 1000}
+# judged at pipecat's 0.2 s, under the paused fixture's 0.4 s pause (the default judges later: JUDGE_SILENCE_MS)
+SMART = {"_target_": "s2s.vad.turn_detection.SmartTurnSettings", "threshold": 0.5, "max_silence_ms": 1000,
+         "judge_silence_ms": 200}
 pipecat = pytest.mark.skipif(importlib.util.find_spec("pipecat") is None,
                              reason="pipecat-ai is not installed (pip install --no-deps pipecat-ai==1.14.0)")
 
@@ -271,3 +273,17 @@ def test_the_turn_benchmark_counts_a_turn_let_go_in_the_pause_as_a_cut_off(pause
         result = judge(vad, clip)
         assert (result["cut"], result["turns"]) == (cut, turns)
         assert result["endpoint_s"] == pytest.approx(0.2, abs=0.07)
+
+
+def test_the_turn_benchmark_counts_a_question_let_go_before_its_last_sentence_as_split(tmp_path):
+    from s2s.bench.turns import SENTENCES, build_sentence_set, judge
+
+    clips = build_sentence_set(tmp_path)
+    assert len(clips) >= 3 * len(SENTENCES)  # espeak pauses between the sentences in (nearly) every voice
+    for clip in clips[:len(SENTENCES)]:
+        for done, split in ((True, True), (False, False)):  # judged at 0.2 s, under espeak's sentence pauses
+            vad = SileroVAD(turn=SMART)
+            vad.detector = lambda samples, done=done: done
+            vad.setup()
+            result = judge(vad, clip)
+            assert (result["cut"], result["turns"] > 1) == (split, split), clip.name

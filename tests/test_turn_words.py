@@ -17,9 +17,12 @@ from s2s.llm.ctranslate2_lm import CTranslate2LM
 from s2s.messages import (AudioChunk, Data, Message, ReplyText, SpeechSegment, Transcript, TurnConfirmed,
                           TurnDiscarded, TurnVerdict)
 from s2s.stage import Source, Stage
+from s2s.vad import turn_detection
 from s2s.vad.silero import SileroVAD
 
-WORDS = {"_target_": "s2s.vad.turn_detection.WordsSettings", "threshold": 0.1, "max_silence_ms": 1500}
+WORDS = {"_target_": "s2s.vad.turn_detection.WordsSettings", "threshold": 0.1, "max_silence_ms": 1500,
+         "judge_silence_ms": 200}
+JUDGE_S = turn_detection.JUDGE_SILENCE_MS / 1000  # where the default judges a pause
 COMPLETE = ["What is the capital of France?", "How many days are there in a leap year?",
             "Can you tell me a fun fact about the ocean?", "What should I cook for dinner tonight?",
             "Tell me a joke.", "What time is it in Tokyo?", "Where is the nearest train station?",
@@ -122,7 +125,7 @@ class Heard:
 
 
 @pytest.mark.parametrize("audio_done,words,words_done_ms,after_s", [
-    (True, 0.6, 600, 0.2),  # both done: at the judge silence (the verdict came 0.1 s after the segment)
+    (True, 0.6, 600, JUDGE_S),  # both done: at the judge silence (the verdict came 0.1 s after the segment)
     (False, 0.6, 600, 0.6),  # the words done, the audio not: the words' own silence
     (False, 0.6, None, 1.5),  # ... or the long wait, when words_done_ms is null
     (True, 0.01, 600, 1.5),  # the words unfinished: the long wait, whatever the audio says
@@ -162,11 +165,10 @@ def test_the_words_alone_end_the_turn_no_sooner_than_the_judge_silence(question)
     assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.3, abs=0.05)
 
 
-@pytest.mark.parametrize("words,after_s", [(0.6, 0.2), (0.01, 1.5)])
+@pytest.mark.parametrize("words,after_s", [(0.6, JUDGE_S), (0.01, 1.5)])
 def test_fused_without_smart_turn_judges_by_the_words_alone(question, monkeypatch, caplog, tmp_path, words, after_s):
     """A wheel installed without pipecat-ai (scripts/setup.sh adds it): the default still validates and runs."""
     from s2s.config import validate
-    from s2s.vad import turn_detection
 
     monkeypatch.setattr(turn_detection, "MODEL_FILE", ("s2s_no_such_package", "model.onnx"))
     validate(compose_config(["turn=fused"], tmp_path))  # no error: fused can do without the audio

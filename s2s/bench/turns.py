@@ -13,6 +13,11 @@ input later as that took in wall time (as a realtime stream would see it), or ``
 machine fast enough to judge at once, the most cut-offs).
 The end-to-end voice-to-voice of a variant is ``python -m s2s.bench latency --versus "turn=words"``.
 
+A third espeak set asks questions of several sentences ("Fidel lies. Jerry says Fidel tells the truth. Does
+Jerry tell the truth?"), each said whole, with espeak's own pauses between the sentences: both the audio and the
+words find each sentence finished, so only the silence keeps the question whole. A turn let go before the last
+sentence starts is a split.
+
 ``--set real`` (or ``all``, the default) adds recordings of real people (:mod:`s2s.bench.real_speech`): each
 complete, and with a pause of 0.7-1.2 s spliced between two words inside a sentence, with the recording's own noise
 floor around it. Per variant it prints the cut-off rate on real and on espeak pauses, the endpoint on complete
@@ -40,6 +45,14 @@ VOICES = [("en-us", 150), ("en-gb", 165), ("en-us+f3", 140), ("en-gb+m3", 155)]
 SPLITS = [("What is the capital of", "France?"), ("How many days are there in", "a leap year?"),
           ("Can you tell me", "a fun fact about the ocean?"), ("What should I cook", "for dinner tonight?")]
 PAUSES_S = (0.7, 0.85, 1.0)
+# questions of several sentences, in Big Bench Audio's categories (its own are longer): split if a turn ends early
+SENTENCES = ["All cats are mammals. Tom is a cat. So Tom is a mammal. Is the argument valid or invalid?",
+             "Take two steps forward, then two steps back. Do you return to the start?",
+             "I have a piano, two flutes and a violin. How many instruments do I have?",
+             "Fidel lies. Jerry says Fidel tells the truth. Does Jerry tell the truth?",
+             "My flight leaves at six. The airport is an hour away. When should I leave home?",
+             "I need a gift for my sister. She likes books and tea. What should I get her?"]
+SENTENCE_GAP_S = 0.2  # espeak's pauses between sentences are 0.3-0.45 s, between words under 0.15 s
 DEFAULT_VARIANTS = [["turn=fused"], ["turn=silence"], ["turn=smart_turn"], ["turn=words"]]  # the default first
 SETS = ("all", "real", "espeak")
 BUDGETS_S = (0.5, 0.75, 1.0, 1.5)  # latency budgets of the eot-bench style table
@@ -54,6 +67,7 @@ class TurnClip:
     samples: np.ndarray
     pause: tuple[float, float] | None
     real: bool = False
+    sentences: bool = False  # the "pause" runs from the first sentence's end to the last one's start
 
 
 def _trimmed(samples: np.ndarray) -> np.ndarray:
@@ -77,6 +91,23 @@ def build_set(folder: Path) -> list[TurnClip]:
                 clips.append(TurnClip(f"paused {pause:.2f} s {form} {voice}: {first} ... {second}",
                                       np.concatenate([lead, one, audio.silence(pause, RATE), two, tail]),
                                       (start, start + pause)))
+    return clips
+
+
+def build_sentence_set(folder: Path) -> list[TurnClip]:
+    """:data:`SENTENCES`, each said whole in every voice, with 0.5 s of silence before and 4 s after."""
+    lead, tail = audio.silence(0.5, RATE), audio.silence(4.0, RATE)
+    clips = []
+    for voice, rate in VOICES:
+        for text in SENTENCES:
+            whole = _trimmed(espeak(text, voice, rate, folder / "s.wav").samples)
+            loud = np.flatnonzero(np.abs(whole) > 0.02)
+            gaps = [index for index in range(len(loud) - 1) if loud[index + 1] - loud[index] > SENTENCE_GAP_S * RATE]
+            if not gaps:  # this voice ran the sentences together: nothing to measure on it
+                continue
+            span = ((len(lead) + loud[gaps[0]]) / RATE, (len(lead) + loud[gaps[-1] + 1]) / RATE)
+            clips.append(TurnClip(f"sentences {voice}: {text}", np.concatenate([lead, whole, tail]), span,
+                                  sentences=True))
     return clips
 
 
@@ -173,8 +204,10 @@ def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, st
     ends = [r["endpoint_s"] for r in complete if r["endpoint_s"] is not None]
     spread = (f"{statistics.median(ends):.2f} / {float(np.percentile(ends, 90)):.2f} / {max(ends):.2f}"
               if ends else "-")
-    return {"cut off, real": _share([r for r, c in zip(found, clips) if c.pause and c.real]),
-            "cut off, espeak": _share([r for r, c in zip(found, clips) if c.pause and not c.real]),
+    paused = [(r, c) for r, c in zip(found, clips) if c.pause and not c.sentences]
+    return {"cut off, real": _share([r for r, c in paused if c.real]),
+            "cut off, espeak": _share([r for r, c in paused if not c.real]),
+            "split, espeak sentences": _share([r for r, c in zip(found, clips) if c.sentences]),
             "complete split": f"{sum(r['turns'] != 1 for r in complete)}/{len(complete)}",
             "endpoint complete p50 / p90 / max s": spread,
             f"complete > {PATIENCE_S} s": f"{sum(e > PATIENCE_S for e in ends)}/{len(ends)}"}
@@ -206,7 +239,7 @@ def build_sets(which: str, speech_dir: Path) -> list[TurnClip]:
             raise FileNotFoundError(missing_message(speech_dir)) from None
     if which != "real":
         with tempfile.TemporaryDirectory() as folder:
-            clips += build_set(Path(folder))
+            clips += build_set(Path(folder)) + build_sentence_set(Path(folder))
     return clips
 
 
@@ -247,17 +280,17 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
                         if c.pause is None and c.real == real] for kind, real in (("real", True), ("espeak", False))}
         print(f"  {name}: complete turns ended within 1 s: "
               + ", ".join(f"{kind} {sum(flags)}/{len(flags)}" for kind, flags in early.items() if flags))
-        paused = [r for r, c in zip(found, clips) if c.pause]
+        paused = [r for r, c in zip(found, clips) if c.pause and not c.sentences]
         if ends and paused:
             budgets[name] = (statistics.median(ends), sum(r["cut"] for r in paused) / len(paused))
     head = ["variant", *next(iter(rows.values()))]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([name, *cells.values()]) + " |" for name, cells in rows.items()]
-    real = sum(c.real for c in clips)
-    print(f"\n{len(clips)} clips: {sum(c.real and c.pause is None for c in clips)} real complete and "
-          f"{sum(c.real and c.pause is not None for c in clips)} real paused 0.7-1.2 s; "
-          f"{sum(not c.real and c.pause is None for c in clips)} espeak complete and "
-          f"{len(clips) - real - sum(not c.real and c.pause is None for c in clips)} espeak paused 0.7-1.0 s"
+    count = lambda real, paused: sum(c.real == real and (c.pause is not None) == paused and not c.sentences
+                                     for c in clips)  # noqa: E731
+    print(f"\n{len(clips)} clips: {count(True, False)} real complete and {count(True, True)} real paused 0.7-1.2 s; "
+          f"{count(False, False)} espeak complete, {count(False, True)} espeak paused 0.7-1.0 s and "
+          f"{sum(c.sentences for c in clips)} espeak questions of several sentences"
           + (f"; overrides: {' '.join(overrides)}" if overrides else "")
           + (f"; verdicts after {verdict_delay_s} s" if verdict_delay_s is not None else ""))
     print("\n".join(lines))

@@ -31,11 +31,14 @@ INSTALL = "pip install --no-deps pipecat-ai==1.14.0 (scripts/setup.sh does it)"
 BACKEND = "turn=smart_turn"
 
 
-# The silence at which a judging detector judges a pause: pipecat's (Smart Turn's authors') 0.2 s. Shorter cut off
-# more mid-sentence pauses on the turn bench (128 and 160 ms: 2 of 23 real ones, against 1). It is not when the
-# work starts: that is vad.speculative_silence_ms, sooner, so the reply is being made while the detector waits; a
-# later speculative silence moves the judging with it.
-JUDGE_SILENCE_MS = 200
+# The silence at which a judging detector judges a pause. A finished sentence is often not the end of the turn
+# ("All cats are mammals. Tom is a cat. Is the argument valid?"), and both models say done after it: only the
+# silence tells the pause between sentences from the end. espeak-ng leaves 0.29-0.38 s of Silero silence between
+# sentences at 150-170 words a minute; at 200 ms (pipecat's) the default split that Big Bench Audio question.
+# 400 ms costs 0.06 s of median voice-to-voice on real recordings (the reply's work, begun at
+# vad.speculative_silence_ms, is mostly not ready sooner): python -m s2s.bench latency with --versus.
+# Shorter judging also cut off more mid-sentence pauses on the turn bench (128 and 160 ms: 2 of 23 real ones).
+JUDGE_SILENCE_MS = 400
 JudgeSilence = Annotated[int, Range(32, 10000)]
 
 
