@@ -69,6 +69,11 @@ class TurnClip:
     real: bool = False
     sentences: bool = False  # the "pause" runs from the first sentence's end to the last one's start
 
+    @property
+    def mid_sentence(self) -> bool:
+        """A pause inside a sentence (the cut-off columns), not between a question's sentences."""
+        return self.pause is not None and not self.sentences
+
 
 def _trimmed(samples: np.ndarray) -> np.ndarray:
     loud = np.flatnonzero(np.abs(samples) > 0.02)
@@ -102,8 +107,8 @@ def build_sentence_set(folder: Path) -> list[TurnClip]:
         for text in SENTENCES:
             whole = _trimmed(espeak(text, voice, rate, folder / "s.wav").samples)
             loud = np.flatnonzero(np.abs(whole) > 0.02)
-            gaps = [index for index in range(len(loud) - 1) if loud[index + 1] - loud[index] > SENTENCE_GAP_S * RATE]
-            if not gaps:  # this voice ran the sentences together: nothing to measure on it
+            gaps = np.flatnonzero(np.diff(loud) > SENTENCE_GAP_S * RATE)
+            if not len(gaps):  # this voice ran the sentences together: nothing to measure on it
                 continue
             span = ((len(lead) + loud[gaps[0]]) / RATE, (len(lead) + loud[gaps[-1] + 1]) / RATE)
             clips.append(TurnClip(f"sentences {voice}: {text}", np.concatenate([lead, whole, tail]), span,
@@ -204,7 +209,7 @@ def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, st
     ends = [r["endpoint_s"] for r in complete if r["endpoint_s"] is not None]
     spread = (f"{statistics.median(ends):.2f} / {float(np.percentile(ends, 90)):.2f} / {max(ends):.2f}"
               if ends else "-")
-    paused = [(r, c) for r, c in zip(found, clips) if c.pause and not c.sentences]
+    paused = [(r, c) for r, c in zip(found, clips) if c.mid_sentence]
     return {"cut off, real": _share([r for r, c in paused if c.real]),
             "cut off, espeak": _share([r for r, c in paused if not c.real]),
             "split, espeak sentences": _share([r for r, c in zip(found, clips) if c.sentences]),
@@ -280,13 +285,13 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
                         if c.pause is None and c.real == real] for kind, real in (("real", True), ("espeak", False))}
         print(f"  {name}: complete turns ended within 1 s: "
               + ", ".join(f"{kind} {sum(flags)}/{len(flags)}" for kind, flags in early.items() if flags))
-        paused = [r for r, c in zip(found, clips) if c.pause and not c.sentences]
+        paused = [r for r, c in zip(found, clips) if c.mid_sentence]
         if ends and paused:
             budgets[name] = (statistics.median(ends), sum(r["cut"] for r in paused) / len(paused))
     head = ["variant", *next(iter(rows.values()))]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([name, *cells.values()]) + " |" for name, cells in rows.items()]
-    count = lambda real, paused: sum(c.real == real and (c.pause is not None) == paused and not c.sentences
+    count = lambda real, paused: sum(c.real == real and c.mid_sentence == paused and not c.sentences
                                      for c in clips)  # noqa: E731
     print(f"\n{len(clips)} clips: {count(True, False)} real complete and {count(True, True)} real paused 0.7-1.2 s; "
           f"{count(False, False)} espeak complete, {count(False, True)} espeak paused 0.7-1.0 s and "

@@ -165,11 +165,12 @@ class Translator:
 
     def _transcript_delta(self, turn: int, text: str) -> Events:
         """A delta with what ``text`` adds to the deltas of ``turn`` so far; none when it revises them."""
-        sent = self._partial.get(self.utterance(turn), "")
+        utterance = self.utterance(turn)
+        sent = self._partial.get(utterance, "")
         suffix = new_suffix(sent, text)
         if not suffix:
             return []
-        self._partial[self.utterance(turn)] = sent + suffix
+        self._partial[utterance] = sent + suffix
         return [event("conversation.item.input_audio_transcription.delta", item_id=self._user_item(turn),
                       content_index=0, delta=suffix)]
 
