@@ -85,15 +85,15 @@ def test_basic_sweep_summary_has_one_row_per_job(basic_sweep):
 
 
 def test_a_sweep_of_the_default_keeps_its_memory_flat_from_job_to_job(question, tmp_path):
-    """Six jobs of the embedded default share one process (basic launcher): each job's peak stays within 10% of
+    """Four jobs of the embedded default share one process (basic launcher): each job's peak stays within 10% of
     the first's. glibc's moving mmap threshold kept freed models' memory resident (592 -> 864 MiB over six jobs)
     until s2s.platform.fix_allocator fixed it."""
     sweep = tmp_path / "sweep"
     result = run_cli("-m", f"source.path={question}", "sink=discard", "runner.warm_up=false",
-                     "tts.speed=1.0,1.01,1.02,1.03,1.04,1.05", f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=600)
+                     "tts.speed=1.0,1.01,1.02,1.03", f"hydra.sweep.dir={sweep}", cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     table = rows(sweep)
-    assert [row["status"] for row in table] == ["completed"] * 6
+    assert [row["status"] for row in table] == ["completed"] * 4
     if not os.access("/proc/self/clear_refs", os.W_OK):
         pytest.skip("the peak cannot be reset per job here: a shared process reports one peak")  # not Linux
     peaks = [float(row["peak_memory_mb"]) for row in table]
