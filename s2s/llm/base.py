@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from s2s.aside import Aside
 from s2s.chat_context import KEEP, ChatContext, TurnPlan
 from s2s.compaction import SUMMARY_MAX_TOKENS, with_summary
 from s2s.languages import language_name
@@ -207,7 +208,7 @@ class LLMStage(Stage):
         # the VAD asks: do these words end the turn? (an utterance heard as audio has no words to judge)
         scoring = None
         if isinstance(message, Transcript) and message.speculative and TurnVerdict in self.wanted:
-            scoring = _Aside(self.end_of_turn_probability, list(messages))
+            scoring = Aside(self.end_of_turn_probability, list(messages), name="s2s-llm-aside")
         try:
             self._toolbox = self.toolbox(plan.toolbox)
             self._turn_tokens = plan.max_tokens
@@ -312,30 +313,7 @@ class LLMStage(Stage):
                     said.append(text)
 
 
-class _Aside(threading.Thread):
-    """``call(*args)`` in a thread of its own; :meth:`result` waits for it and returns it (or raises its error)."""
-
-    def __init__(self, call: Any, *args: Any) -> None:
-        super().__init__(name="s2s-llm-aside", daemon=True)
-        self._call, self._args = call, args
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self._value = self._call(*self._args)
-        except BaseException as error:  # handed to the reader
-            self._error = error
-
-    def result(self) -> Any:
-        self.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def _verdict_first(outputs: Iterator[Message], scoring: _Aside | None, turn: int) -> Iterator[Message]:
+def _verdict_first(outputs: Iterator[Message], scoring: Aside | None, turn: int) -> Iterator[Message]:
     """A reply's outputs, the words' :class:`TurnVerdict` before the first of them.
 
     The words are scored beside the reply's first tokens (a backend with a second worker, CTranslate2's
@@ -354,7 +332,7 @@ def _verdict_first(outputs: Iterator[Message], scoring: _Aside | None, turn: int
         yield from _verdict(scoring, turn)
 
 
-def _verdict(scoring: _Aside, turn: int) -> Iterator[Message]:
+def _verdict(scoring: Aside, turn: int) -> Iterator[Message]:
     probability = scoring.result()
     if probability is not None:
         yield TurnVerdict(turn, probability)

@@ -1,0 +1,29 @@
+"""One call run beside the caller's own work, in a thread of its own, whose result the caller takes later."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+class Aside(threading.Thread):
+    """``call(*args)`` in a daemon thread of its own, started at once; :meth:`result` waits for it and returns
+    it (or raises its error)."""
+
+    def __init__(self, call: Any, *args: Any, name: str = "s2s-aside") -> None:
+        super().__init__(name=name, daemon=True)
+        self._call, self._args = call, args
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._value = self._call(*self._args)
+        except BaseException as error:  # handed to the reader
+            self._error = error
+
+    def result(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
