@@ -3,6 +3,7 @@ binds through ``_target_`` to its settings classes and to nothing else."""
 from __future__ import annotations
 
 import importlib.util
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,30 @@ def test_a_turn_judged_complete_ends_at_the_short_silence(question):
     assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.2, abs=0.07)  # not min_silence_ms (0.6)
     # it judged the whole utterance so far: the speech, the leading pad and the short silence
     assert detector.heard == [pytest.approx(len(question) / 16000 + 0.3, abs=0.15)]
+
+
+def test_smart_turn_hears_the_pause_beside_the_vad_at_its_silence_and_ends_the_turn_at_the_judge_silence(question):
+    """It hears 0.2 s of silence (as pipecat feeds it) in a thread of its own: its verdict is ready at 0.4 s."""
+    samples = np.concatenate([audio.silence(0.5, 16000), question, audio.silence(1.5, 16000)])
+    vad = SileroVAD(turn={**SMART, "judge_silence_ms": 400, "hear_silence_ms": 200})
+    threads = []
+    vad.detector = detector = StandIn(True)
+    vad.detector = lambda samples: (threads.append(threading.current_thread().name), detector(samples))[1]
+    out = messages(vad, samples)
+    assert kinds(out) == [("SpeechStarted", 0), ("SpeechSegment", 0), ("TurnConfirmed", 0)]
+    assert out[2].at_s - out[1].speech_end_s == pytest.approx(0.4, abs=0.07)
+    assert detector.heard == [pytest.approx(len(question) / 16000 + 0.3, abs=0.15)]  # pad, speech, 0.2 s silence
+    assert threads == ["s2s-smart-turn"]
+
+
+def test_a_verdict_heard_on_a_pause_the_user_ends_before_the_judge_silence_is_dropped(paused):
+    vad = SileroVAD(turn={**SMART, "judge_silence_ms": 600, "hear_silence_ms": 200})  # the pause is 0.4 s
+    vad.detector = detector = StandIn(True, False)
+    out = messages(vad, paused)
+    assert kinds(out) == [("SpeechStarted", 0), ("SpeechSegment", 0), ("TurnDiscarded", 0), ("SpeechSegment", 1),
+                          ("TurnConfirmed", 1)]
+    assert out[4].at_s - out[3].speech_end_s == pytest.approx(1.0, abs=0.07)  # the end heard incomplete: the max
+    assert len(detector.heard) == 2 and detector.heard[1] > detector.heard[0] + 0.5
 
 
 def test_a_turn_judged_incomplete_waits_for_the_maximum_silence(question):

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import numpy as np
 
 from s2s import audio
+from s2s.aside import Aside
 from s2s.config_errors import ConfigErrors, Range, ValidationContext
 from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechSoFar, SpeechStarted,
                           TurnConfirmed, TurnDiscarded, TurnVerdict)
@@ -125,6 +126,10 @@ class SileroVAD(Stage):
         # ... and the silence at which they judge it: the work may have started sooner, never later
         self._judge_silence = max(_samples(self._turn_settings.judge_silence_ms) if judged else 0,
                                   self.speculative_silence or 0)
+        # ... and Smart Turn hears it sooner, in the background, so that its verdict is ready then
+        hears = isinstance(self._turn_settings, turn_detection.HEARS)
+        self._hear_silence = min(_samples(self._turn_settings.hear_silence_ms), self._judge_silence) if hears \
+            else None
         # turn=words: the LLM's verdict on the speculative turn's words comes back here (``steer``)
         words = isinstance(self._turn_settings, turn_detection.READS)
         self.takes: tuple[type[Control], ...] = (TurnVerdict,) if words else ()
@@ -172,6 +177,7 @@ class SileroVAD(Stage):
         self._judged = False  # the open speculative turn's pause was judged (at the judge silence)
         self._verdict: float | None = None  # the words' verdict on it, kept until it is judged
         self._heard_done = False  # turn=fused: Smart Turn heard the open speculative turn complete
+        self._hearing: Aside | None = None  # Smart Turn hearing the open pause, in the background
         self._words_done: int | None = None  # turn=fused: the words said done, the audio not: this silence ends it
         self._position = 0  # samples consumed so far
         self._segment_start = 0
@@ -217,6 +223,7 @@ class SileroVAD(Stage):
                 yield TurnDiscarded(self._turn)
                 self._turn += 1
                 self._speculated, self._judged, self._verdict, self._words_done = False, False, None, None
+                self._hearing = None  # its verdict, if any is still coming, is on a pause that is over
         length = FRAME * len(self._speech)
         voiced = length - self._silence
         if not self._started_sent and voiced >= self.min_speech:
@@ -227,6 +234,9 @@ class SileroVAD(Stage):
                 yield self._so_far(self._speech)
             elif self._silence == max(1, self.pad_frames) * FRAME:
                 yield self._so_far(self._kept(), paused=True)
+        if (self._speculated and self._hearing is None and not self._judged and self.detector is not None
+                and self._hear_silence is not None and self._silence >= self._hear_silence):
+            self._hearing = Aside(self.detector, np.concatenate(self._speech), name="s2s-smart-turn")
         if self._silence >= (self._words_done or self._end_silence):
             if self._speculated:
                 yield TurnConfirmed(self._turn, self._now())
@@ -249,13 +259,19 @@ class SileroVAD(Stage):
         verdict, if it came before, is applied now."""
         self._judged = True
         if self._fused:  # the words' verdict decides with it (``steer``); no Smart Turn: the words alone
-            self._heard_done = self.detector is None or self.detector(np.concatenate(self._speech))
-        elif self.detector is not None and self.detector(np.concatenate(self._speech)):
+            self._heard_done = self.detector is None or self._heard()
+        elif self.detector is not None and self._heard():
             yield TurnConfirmed(self._turn, self._now())  # the model heard a complete turn: end it now
             self._end_turn()
             return
         if self._verdict is not None:
             yield from self._decide(self._verdict, self._now())
+
+    def _heard(self) -> bool:
+        """Smart Turn's verdict on the open pause: heard in the background at the hear silence (ready by now as a
+        rule; it is waited for if not), or now when nothing heard it (a detector set after the pause began)."""
+        hearing, self._hearing = self._hearing, None
+        return bool(hearing.result()) if hearing is not None else self.detector(np.concatenate(self._speech))
 
     def steer(self, message: Control) -> Iterator[Message]:
         """``turn=words``/``fused``: the LLM's verdict on the open speculative turn; a likely end ends it now, or
@@ -311,7 +327,7 @@ class SileroVAD(Stage):
         if self._speculated:
             self._turn += 1
         self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
-        self._judged, self._verdict, self._words_done = False, None, None
+        self._judged, self._verdict, self._words_done, self._hearing = False, None, None, None
         self._triggered = continues
         self._segment_start = self._position + FRAME
         self._ring.clear()

@@ -40,6 +40,12 @@ BACKEND = "turn=smart_turn"
 # Shorter judging also cut off more mid-sentence pauses on the turn bench (128 and 160 ms: 2 of 23 real ones).
 JUDGE_SILENCE_MS = 400
 JudgeSilence = Annotated[int, Range(32, 10000)]
+# The silence Smart Turn hears the pause with, in the background: its verdict is ready at the judge silence.
+# Pipecat runs the model when its VAD has heard 0.2 s of silence (stop_secs), with that silence in the audio: the
+# model's authors feed it so. Heard at the judge silence instead, the call (40 ms on an idle core) came while the
+# reply's first chunk was being made, and held the turn's end 0.10-0.15 s past 400 ms on real recordings.
+HEAR_SILENCE_MS = 200
+HearSilence = Annotated[int, Range(32, 10000)]
 
 
 class SilenceSettings:
@@ -56,13 +62,17 @@ class SmartTurnSettings:
         threshold: completion probability at or above which a pause ends the turn at once.
         max_silence_ms: the silence that ends a turn the model judged incomplete (it replaces
             ``vad.min_silence_ms``, which only ``turn=silence`` reads).
-        judge_silence_ms: the silence at which the model judges the pause (:data:`JUDGE_SILENCE_MS`).
+        judge_silence_ms: the silence at which the model's verdict ends the pause (:data:`JUDGE_SILENCE_MS`).
+        hear_silence_ms: the silence the model hears the pause with (:data:`HEAR_SILENCE_MS`; a shorter
+            ``judge_silence_ms`` hears at its own).
     """
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
                  max_silence_ms: Annotated[int, Range(300, 10000)] = 3000,
-                 judge_silence_ms: JudgeSilence = JUDGE_SILENCE_MS) -> None:
+                 judge_silence_ms: JudgeSilence = JUDGE_SILENCE_MS,
+                 hear_silence_ms: HearSilence = HEAR_SILENCE_MS) -> None:
         self.threshold, self.max_silence_ms, self.judge_silence_ms = threshold, max_silence_ms, judge_silence_ms
+        self.hear_silence_ms = hear_silence_ms
 
 
 class WordsSettings:
@@ -91,7 +101,7 @@ class WordsSettings:
 
 
 class FusedSettings:
-    """``turn=fused``: Smart Turn hears the audio at the judge silence, the LLM reads the words; the turn
+    """``turn=fused``: Smart Turn hears the audio, the LLM reads the words; from the judge silence the turn
     ends at once when both say done, after ``words_done_ms`` of silence when only the words do, and otherwise
     (the words unfinished, or no verdict) after ``max_silence_ms``.
 
@@ -101,17 +111,20 @@ class FusedSettings:
         max_silence_ms: the silence that ends a turn whose words are judged unfinished.
         words_done_ms: the silence that ends a turn whose words are done but whose audio Smart Turn judged
             unfinished (it misjudges espeak and many complete real statements); null: ``max_silence_ms``.
-        judge_silence_ms: the silence at which Smart Turn hears the pause and from which both saying done ends
-            the turn (:data:`JUDGE_SILENCE_MS`).
+        judge_silence_ms: the silence from which both saying done ends the turn (:data:`JUDGE_SILENCE_MS`).
+        hear_silence_ms: the silence Smart Turn hears the pause with (:data:`HEAR_SILENCE_MS`; a shorter
+            ``judge_silence_ms`` hears at its own).
     """
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
                  words_threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.25,
                  max_silence_ms: Annotated[int, Range(300, 10000)] = 1400,
                  words_done_ms: Annotated[int, Range(100, 10000)] | None = 600,
-                 judge_silence_ms: JudgeSilence = JUDGE_SILENCE_MS) -> None:
+                 judge_silence_ms: JudgeSilence = JUDGE_SILENCE_MS,
+                 hear_silence_ms: HearSilence = HEAR_SILENCE_MS) -> None:
         self.threshold, self.words_threshold, self.max_silence_ms = threshold, words_threshold, max_silence_ms
-        self.words_done_ms, self.judge_silence_ms = words_done_ms, judge_silence_ms
+        self.words_done_ms, self.judge_silence_ms, self.hear_silence_ms = words_done_ms, judge_silence_ms, \
+            hear_silence_ms
 
 
 KINDS = (SilenceSettings, SmartTurnSettings, WordsSettings, FusedSettings)
