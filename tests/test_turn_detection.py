@@ -77,7 +77,7 @@ def test_smart_turn_hears_the_pause_beside_the_vad_at_its_silence_and_ends_the_t
     samples = np.concatenate([audio.silence(0.5, 16000), question, audio.silence(1.5, 16000)])
     vad = SileroVAD(turn={**SMART, "judge_silence_ms": 400, "hear_silence_ms": 200})
     threads = []
-    vad.detector = detector = StandIn(True)
+    detector = StandIn(True)
     vad.detector = lambda samples: (threads.append(threading.current_thread().name), detector(samples))[1]
     out = messages(vad, samples)
     assert kinds(out) == [("SpeechStarted", 0), ("SpeechSegment", 0), ("TurnConfirmed", 0)]

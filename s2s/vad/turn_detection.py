@@ -39,13 +39,12 @@ BACKEND = "turn=smart_turn"
 # vad.speculative_silence_ms, is mostly not ready sooner): python -m s2s.bench latency with --versus.
 # Shorter judging also cut off more mid-sentence pauses on the turn bench (128 and 160 ms: 2 of 23 real ones).
 JUDGE_SILENCE_MS = 400
-JudgeSilence = Annotated[int, Range(32, 10000)]
+PauseSilence = Annotated[int, Range(32, 10000)]  # a silence inside the pause: judge_silence_ms, hear_silence_ms
 # The silence Smart Turn hears the pause with, in the background: its verdict is ready at the judge silence.
 # Pipecat runs the model when its VAD has heard 0.2 s of silence (stop_secs), with that silence in the audio: the
 # model's authors feed it so. Heard at the judge silence instead, the call (40 ms on an idle core) came while the
 # reply's first chunk was being made, and held the turn's end 0.10-0.15 s past 400 ms on real recordings.
 HEAR_SILENCE_MS = 200
-HearSilence = Annotated[int, Range(32, 10000)]
 
 
 class SilenceSettings:
@@ -69,8 +68,8 @@ class SmartTurnSettings:
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
                  max_silence_ms: Annotated[int, Range(300, 10000)] = 3000,
-                 judge_silence_ms: JudgeSilence = JUDGE_SILENCE_MS,
-                 hear_silence_ms: HearSilence = HEAR_SILENCE_MS) -> None:
+                 judge_silence_ms: PauseSilence = JUDGE_SILENCE_MS,
+                 hear_silence_ms: PauseSilence = HEAR_SILENCE_MS) -> None:
         self.threshold, self.max_silence_ms, self.judge_silence_ms = threshold, max_silence_ms, judge_silence_ms
         self.hear_silence_ms = hear_silence_ms
 
@@ -96,7 +95,7 @@ class WordsSettings:
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.25,
                  max_silence_ms: Annotated[int, Range(300, 10000)] = 1400,
-                 judge_silence_ms: JudgeSilence = JUDGE_SILENCE_MS) -> None:
+                 judge_silence_ms: PauseSilence = JUDGE_SILENCE_MS) -> None:
         self.threshold, self.max_silence_ms, self.judge_silence_ms = threshold, max_silence_ms, judge_silence_ms
 
 
@@ -120,8 +119,8 @@ class FusedSettings:
                  words_threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.25,
                  max_silence_ms: Annotated[int, Range(300, 10000)] = 1400,
                  words_done_ms: Annotated[int, Range(100, 10000)] | None = 600,
-                 judge_silence_ms: JudgeSilence = JUDGE_SILENCE_MS,
-                 hear_silence_ms: HearSilence = HEAR_SILENCE_MS) -> None:
+                 judge_silence_ms: PauseSilence = JUDGE_SILENCE_MS,
+                 hear_silence_ms: PauseSilence = HEAR_SILENCE_MS) -> None:
         self.threshold, self.words_threshold, self.max_silence_ms = threshold, words_threshold, max_silence_ms
         self.words_done_ms, self.judge_silence_ms, self.hear_silence_ms = words_done_ms, judge_silence_ms, \
             hear_silence_ms
