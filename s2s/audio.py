@@ -170,6 +170,19 @@ def silence(seconds: float, sample_rate: int) -> np.ndarray:
 SILENCE_LEVEL = 0.005  # about -46 dBFS: below this a sample counts as silence when shaping reply audio
 
 
+# Where speech has stopped sounding: no sample above 2% of the speech's peak and six times the background's RMS
+# level (some real recordings hiss at 2-3% of their peak). The benchmarks find the end of a file's speech so, and
+# the VAD starts work on a turn when a pause has been that quiet for a while (Silero hears speech ~0.1 s past it).
+QUIET_OF_PEAK = 0.02
+QUIET_OF_FLOOR = 6
+
+
+def sound_level(peak: float, floor: float, of_peak: float = QUIET_OF_PEAK) -> float:
+    """The level a sample must pass to count as sound, after speech that peaked at ``peak`` over a background
+    whose RMS level is ``floor``."""
+    return max(of_peak * peak, QUIET_OF_FLOOR * floor)
+
+
 def sound_bounds(samples: np.ndarray, level: float = SILENCE_LEVEL) -> tuple[int, int] | None:
     """(first, end) sample indices of the audible part of ``samples``, or None if it is all silence."""
     loud = np.flatnonzero(np.abs(samples) >= level)

@@ -58,11 +58,10 @@ def is_loopback(url: str) -> bool:
 
 
 def speech_end_s(samples: np.ndarray, rate: int) -> float:
-    """Where the last voiced sample is, in seconds from the start: above 2% of the peak and above six times the
-    recording's noise floor (:func:`s2s.bench.real_speech.noise_floor`, an RMS level), since some real recordings
-    hiss at 2-3% of their peak to the last sample."""
+    """Where the last voiced sample is, in seconds from the start: the last one above :func:`s2s.audio.sound_level`
+    of the recording's peak and its noise floor (:func:`s2s.bench.real_speech.noise_floor`, an RMS level)."""
     level = np.abs(samples)
-    loud = np.flatnonzero(level > max(0.02 * (level.max() or 1.0), 6 * noise_floor(samples)))
+    loud = np.flatnonzero(level > audio.sound_level(level.max() or 1.0, noise_floor(samples)))
     return (loud[-1] + 1) / rate if len(loud) else 0.0
 
 

@@ -22,6 +22,10 @@ RATE = 16000
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
 CONTEXT = 64  # samples of the previous frame the ONNX model sees before each new one (as silero-vad feeds it)
 PROGRESS_FRAMES = 4  # while the user speaks, the utterance so far goes to an STT that asks for it this often
+# the background's level: the 10th percentile of the RMS of the last 1.6 s before speech, or the RMS of the
+# utterance's quietest frame if higher (a recording's hiss heard between words; a file may start in digital silence)
+BACKGROUND_FRAMES = 50
+LOUDEST_QUIET = 0.1  # a background this loud against the speech's peak cannot tell a quiet pause: Silero alone
 
 
 class OnnxSilero:
@@ -92,6 +96,10 @@ class SileroVAD(Stage):
             silence, not 200, took 0.05 s off voice-to-voice on real recordings, the judging left at 200 ms.
         min_speech_ms: shorter blips are dropped.
         speech_pad_ms: audio kept before the start and after the end of speech.
+        quiet_below: a frame with no sample above this share of the utterance's peak (nor above six times the
+            background's level, :func:`s2s.audio.sound_level`) is quiet, and ``speculative_silence_ms`` of quiet
+            also starts the work: Silero goes on hearing speech for 0.03-0.3 s after real people's last word.
+            Only the work starts sooner; the turn's end is still judged on Silero's silence. null: Silero alone.
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
             frame); false: the TorchScript model through torch.
@@ -109,6 +117,7 @@ class SileroVAD(Stage):
                  speculative_silence_ms: Annotated[int, Range(32, 10000)] | None = 64,
                  min_speech_ms: Annotated[int, Range(0, 10000)] = 250,
                  speech_pad_ms: Annotated[int, Range(0, 2000)] = 100,
+                 quiet_below: Annotated[float, Range(0, 1, exclusive=True)] | None = 0.02,
                  max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = True,
                  turn: dict[str, Any] | None = None) -> None:
         self.threshold = threshold
@@ -117,6 +126,7 @@ class SileroVAD(Stage):
         self.min_speech = _samples(min_speech_ms)
         self.pad_frames = max(1, -(-_samples(speech_pad_ms) // FRAME)) if speech_pad_ms else 0
         self.max_speech = _samples(max_speech_ms) if max_speech_ms else None
+        self.quiet_below = quiet_below
         self.onnx = onnx
         self.turn = turn
         self._turn_settings = turn_detection.settings(turn)
@@ -181,6 +191,12 @@ class SileroVAD(Stage):
         self._words_done: int | None = None  # turn=fused: the words said done, the audio not: this silence ends it
         self._position = 0  # samples consumed so far
         self._segment_start = 0
+        self._background: deque[float] = deque(maxlen=BACKGROUND_FRAMES)  # RMS of frames before speech
+        self._floor = 0.0  # the background's level when the open utterance began
+        self._peak = 0.0  # the open utterance's loudest sample
+        self._quietest = 0.0  # the RMS of its quietest frame
+        self._quiet = 0  # samples of quiet (:meth:`_quiet_frame`) since the last frame with sound
+        self._early = False  # the open speculative turn began on quiet alone, before Silero heard the silence
         if self._model is not None:
             self._model.reset_states()
 
@@ -210,20 +226,28 @@ class SileroVAD(Stage):
         if not self._triggered:
             if probability < self.threshold:
                 self._ring.append(frame)
+                if self.quiet_below:
+                    self._background.append(float(np.sqrt(np.mean(frame ** 2))))
                 return
             padding = list(self._ring) if self.pad_frames else []
             self._triggered, self._speech, self._silence = True, padding, 0
             self._segment_start = self._position - FRAME * len(padding)
+            self._floor = float(np.percentile(self._background, 10)) if self._background else 0.0
+            self._peak, self._quietest, self._quiet = 0.0, np.inf, 0
         self._speech.append(frame)
+        quiet = self._quiet_frame(frame)
         if probability < self.threshold - 0.15:
             self._silence += FRAME
+            self._early = self._early and self._silence < (self.speculative_silence or 0)
         else:
             self._silence = 0
-            if self._speculated:  # the user went on: the early attempt is void, the utterance continues
+            # the user went on: the early attempt is void, the utterance continues (an attempt begun on quiet
+            # alone lasts through Silero's late speech frames while they stay quiet)
+            if self._speculated and not (quiet and self._early):
                 yield TurnDiscarded(self._turn)
                 self._turn += 1
                 self._speculated, self._judged, self._verdict, self._words_done = False, False, None, None
-                self._hearing = None  # its verdict, if any is still coming, is on a pause that is over
+                self._hearing, self._early = None, False  # a verdict still coming is on a pause that is over
         length = FRAME * len(self._speech)
         voiced = length - self._silence
         if not self._started_sent and voiced >= self.min_speech:
@@ -243,9 +267,9 @@ class SileroVAD(Stage):
                 self._end_turn()
             else:
                 yield from self._close(self._kept(), voiced=voiced)
-        elif (self.speculative_silence and not self._speculated and self._silence >= self.speculative_silence
-              and voiced >= self.min_speech):
-            self._speculated = True
+        elif (self.speculative_silence and not self._speculated and voiced >= self.min_speech
+              and max(self._silence, self._quiet) >= self.speculative_silence):
+            self._speculated, self._early = True, self._silence < self.speculative_silence
             yield self._segment(self._kept(), speculative=True)
             if self._silence >= self._judge_silence:
                 yield from self._judge()
@@ -277,10 +301,12 @@ class SileroVAD(Stage):
         """``turn=words``/``fused``: the LLM's verdict on the open speculative turn; a likely end ends it now, or
         at the judge silence if it came sooner.
 
-        A verdict for a turn that is no longer open and silent (the user went on, or it ended) is ignored.
+        A verdict for a turn that is no longer open and silent (the user went on, or it ended) is ignored; an
+        attempt begun on quiet is silent before Silero hears it so.
         """
         assert isinstance(message, TurnVerdict)
-        if not (self._speculated and self._triggered and message.turn == self._turn and self._silence > 0):
+        if not (self._speculated and self._triggered and message.turn == self._turn
+                and (self._silence > 0 or self._early)):
             return
         if not self._judged:
             self._verdict = message.complete_probability
@@ -299,6 +325,18 @@ class SileroVAD(Stage):
             yield TurnConfirmed(self._turn, at)
             self._end_turn()
 
+    def _quiet_frame(self, frame: np.ndarray) -> bool:
+        """Whether ``frame`` of the open utterance is quiet (``quiet_below``), counted in ``_quiet``."""
+        if not self.quiet_below:
+            return False
+        loudest = float(np.abs(frame).max())
+        self._peak = max(self._peak, loudest)
+        self._quietest = min(self._quietest, float(np.sqrt(np.mean(frame ** 2))))
+        level = audio.sound_level(self._peak, max(self._floor, self._quietest), self.quiet_below)
+        quiet = level <= LOUDEST_QUIET * self._peak and loudest <= level
+        self._quiet = self._quiet + FRAME if quiet else 0
+        return quiet
+
     def _now(self) -> float:
         return (self._position + FRAME) / RATE
 
@@ -309,7 +347,7 @@ class SileroVAD(Stage):
     def _segment(self, frames: list[np.ndarray], speculative: bool = False) -> SpeechSegment:
         samples = np.concatenate(frames)
         start = self._segment_start / RATE
-        speech_end = (self._position + FRAME - self._silence) / RATE
+        speech_end = (self._position + FRAME - max(self._silence, self._quiet)) / RATE
         return SpeechSegment(samples, RATE, self._turn, start, start + len(samples) / RATE,
                              speech_end_s=speech_end, closed_s=self._now(), speculative=speculative)
 
@@ -328,7 +366,7 @@ class SileroVAD(Stage):
             self._turn += 1
         self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
         self._judged, self._verdict, self._words_done, self._hearing = False, None, None, None
-        self._triggered = continues
+        self._early, self._triggered = False, continues
         self._segment_start = self._position + FRAME
         self._ring.clear()
 
