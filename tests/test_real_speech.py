@@ -145,7 +145,7 @@ def _work_and_end(clip, **settings):
     return speculative[-1], [m.at_s for m in out if isinstance(m, TurnConfirmed)]
 
 
-def test_a_quiet_pause_starts_the_work_sooner_the_turn_ends_as_before_and_no_word_is_lost(real_turns):
+def test_a_quiet_pause_starts_the_work_sooner_the_silence_rule_ends_the_turn_as_before_no_word_is_lost(real_turns):
     from s2s.bench.roundtrip import whisper_normalised_errors
     from s2s.stt.faster_whisper import FasterWhisperSTT
 
@@ -156,7 +156,8 @@ def test_a_quiet_pause_starts_the_work_sooner_the_turn_ends_as_before_and_no_wor
     for clip in [clip for clip in real_turns if clip.pause is None]:
         quiet, quiet_ends = _work_and_end(clip)  # vad.quiet_below's default (0.02)
         silero, silero_ends = _work_and_end(clip, quiet_below=None)
-        assert len(quiet_ends) == 1 and quiet_ends == silero_ends, clip.name  # one turn, ended where Silero says
+        # one turn, ended by turn=silence's rule (vad.min_silence_ms of Silero's silence) where it was
+        assert len(quiet_ends) == 1 and quiet_ends == silero_ends, clip.name
         sooner.append(silero.closed_s - quiet.closed_s)
         for name, segment in (("quiet", quiet), ("silero", silero)):
             wrong, count = whisper_normalised_errors(said[clip.name], stt.transcribe(segment.samples)[0])

@@ -99,7 +99,8 @@ class SileroVAD(Stage):
         quiet_below: a frame with no sample above this share of the utterance's peak (nor above six times the
             background's level, :func:`s2s.audio.sound_level`) is quiet, and ``speculative_silence_ms`` of quiet
             also starts the work: Silero goes on hearing speech for 0.03-0.3 s after real people's last word.
-            Only the work starts sooner; the turn's end is still judged on Silero's silence. null: Silero alone.
+            Only the work starts sooner: the pause is judged, and the turn ends, on Silero's silence (judged on
+            the quiet, more questions of several sentences were split). null: Silero's silence alone.
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
             frame); false: the TorchScript model through torch.
@@ -268,7 +269,7 @@ class SileroVAD(Stage):
             else:
                 yield from self._close(self._kept(), voiced=voiced)
         elif (self.speculative_silence and not self._speculated and voiced >= self.min_speech
-              and max(self._silence, self._quiet) >= self.speculative_silence):
+              and self._paused() >= self.speculative_silence):
             self._speculated, self._early = True, self._silence < self.speculative_silence
             yield self._segment(self._kept(), speculative=True)
             if self._silence >= self._judge_silence:
@@ -325,6 +326,10 @@ class SileroVAD(Stage):
             yield TurnConfirmed(self._turn, at)
             self._end_turn()
 
+    def _paused(self) -> int:
+        """The open pause so far, for starting the work: Silero's silence, or the quiet if longer."""
+        return max(self._silence, self._quiet)
+
     def _quiet_frame(self, frame: np.ndarray) -> bool:
         """Whether ``frame`` of the open utterance is quiet (``quiet_below``), counted in ``_quiet``."""
         if not self.quiet_below:
@@ -347,7 +352,7 @@ class SileroVAD(Stage):
     def _segment(self, frames: list[np.ndarray], speculative: bool = False) -> SpeechSegment:
         samples = np.concatenate(frames)
         start = self._segment_start / RATE
-        speech_end = (self._position + FRAME - max(self._silence, self._quiet)) / RATE
+        speech_end = (self._position + FRAME - self._paused()) / RATE
         return SpeechSegment(samples, RATE, self._turn, start, start + len(samples) / RATE,
                              speech_end_s=speech_end, closed_s=self._now(), speculative=speculative)
 

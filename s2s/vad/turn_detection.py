@@ -38,6 +38,9 @@ BACKEND = "turn=smart_turn"
 # 400 ms costs 0.06 s of median voice-to-voice on real recordings (the reply's work, begun at
 # vad.speculative_silence_ms, is mostly not ready sooner): python -m s2s.bench latency with --versus.
 # Shorter judging also cut off more mid-sentence pauses on the turn bench (128 and 160 ms: 2 of 23 real ones).
+# It counts Silero's silence, though the work starts on quiet sooner (vad.quiet_below): judged on the quiet, real
+# recordings were answered at p50 0.47-0.49 s against 0.53-0.54 s, but 3 of 24 espeak questions of several
+# sentences were split against 1, Big Bench Audio's "Fidel lies. ..." among them (at 450 ms: 1 of 24, p50 0.52 s).
 JUDGE_SILENCE_MS = 400
 PauseSilence = Annotated[int, Range(32, 10000)]  # a silence inside the pause: judge_silence_ms, hear_silence_ms
 # The silence Smart Turn hears the pause with, in the background: its verdict is ready at the judge silence.
