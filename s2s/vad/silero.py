@@ -211,8 +211,8 @@ class SileroVAD(Stage):
 
     @property
     def voicing(self) -> bool:
-        """An utterance is open and its latest frame was speech (no silence has started yet)."""
-        return self._triggered and self._silence == 0
+        """An utterance is open and its latest frame was speech (no silence nor quiet has started yet)."""
+        return self._triggered and self._paused() == 0
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, AudioChunk)
