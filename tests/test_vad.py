@@ -101,3 +101,19 @@ def test_onnx_vad_runs_without_torch(two_utterances, tmp_path):
             "print(sum(isinstance(m, SpeechSegment) for m in out), 'torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.split() == ["2", "False"]
+
+
+def _last_speculative(samples: np.ndarray, **settings) -> SpeechSegment:
+    return [m for m in run_vad(SileroVAD(**settings), samples) if isinstance(m, SpeechSegment) and m.speculative][-1]
+
+
+def test_quiet_lets_the_work_start_before_silero_hears_silence_unless_the_background_is_loud(two_utterances):
+    samples, (first, _) = two_utterances
+    one = samples[:24000 + first + 24000]  # 1.5 s of digital silence, the utterance, 1.5 s more
+    quiet, silero = _last_speculative(one), _last_speculative(one, quiet_below=None)
+    assert silero.closed_s - quiet.closed_s >= 0.03  # espeak's sound stops a frame or more before Silero hears it
+    assert quiet.speech_end_s < silero.speech_end_s and quiet.samples.size < silero.samples.size
+    # a background over a tenth of the speech's peak: a quiet pause cannot be told from it, so Silero alone
+    hiss = np.random.default_rng(0).standard_normal(len(one)).astype(np.float32) * 0.06 * np.abs(one).max()
+    noisy = one + hiss
+    assert _last_speculative(noisy).closed_s == _last_speculative(noisy, quiet_below=None).closed_s
