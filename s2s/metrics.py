@@ -250,7 +250,8 @@ class Recorder:
                 turn = self._turn(message.turn)
                 turn.tts_first_audio = turn.tts_first_audio or now
                 turn.reply_audio_s += message.duration_s
-            elif isinstance(message, TurnEnd) and stage == self.last_stage:
+            elif (isinstance(message, TurnEnd) and stage == self.last_stage
+                  and not self._gate.is_discarded(message.turn)):  # a dropped attempt's end leaves no trace
                 finished = self._turn(message.turn)
                 finished.complete, finished.finished_at = True, now
                 if not (finished.user or finished.assistant):  # e.g. a noise the STT found no words in

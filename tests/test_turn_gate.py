@@ -157,6 +157,22 @@ def test_the_recorder_holds_console_lines_until_the_gate_confirms_and_forgets_wh
     assert list(recorder.turns) == [1] and not recorder.turns[1].speculative
 
 
+def test_the_end_of_a_dropped_attempt_reaching_the_last_stage_leaves_no_trace_and_breaks_nothing(tmp_path):
+    from s2s.messages import Transcript, TurnEnd
+    from s2s.metrics import Recorder
+
+    recorder = Recorder(tmp_path, last_stage="sink")
+    # the STT heard nothing in the attempt (its end took a server session down with a KeyError), or words
+    for words in ("", "Fidel lies."):
+        recorder.on_output("vad", segment(0), 1.0)
+        recorder.on_output("stt", Transcript(words, 0), 1.2) if words else None
+        recorder.on_output("vad", TurnDiscarded(0), 2.0)
+        recorder.on_output("sink", TurnEnd(0), 2.5)
+        path = recorder.transcript_path
+        assert list(recorder.turns) == [] and (not path.exists() or path.read_text() == "")
+        recorder = Recorder(tmp_path / "again", last_stage="sink")
+
+
 def test_a_recorder_no_graph_hands_a_gate_to_follows_the_messages_it_sees(tmp_path):
     from s2s.metrics import Recorder
 
