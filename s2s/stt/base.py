@@ -187,7 +187,7 @@ class STTStage(Stage):
             utterance = self._utterance = Utterance(key, samples)
         if utterance.heard == len(samples):
             return utterance.text(), utterance.language
-        if utterance.unsure == len(samples):  # the pass at the pause was not sure of this very audio: retry at once
+        if utterance.unsure == len(samples) or not self.forces_prefix:  # unsure of this very audio: retry at once
             return self.recognise(samples, language)
         with self._one_at_a_time(language):
             rest, heard_in = self.transcribe_from(samples, utterance.prefix)

@@ -1,0 +1,146 @@
+"""Moonshine base English (Useful Sensors, MIT), packaged in ``moonshine-cpp``, on onnxruntime.
+
+Moonshine's encoder takes the raw audio and costs in proportion to it (no 30 s or 10 s window to fill), and on
+the project's real-speech set it heard more than Whisper tiny.en in less time (README, Recognition). The
+package's own runtime is not used: its model files are converted once into the cache
+(:mod:`s2s.stt.moonshine_convert`) and decoded here, greedily, with the decoder's cache.
+"""
+from __future__ import annotations
+
+import logging
+import zlib
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from s2s.config_errors import ValidationContext
+from s2s.models import build_once, cache_root, local_path, model_source, package_file
+from s2s.onnx import cpu_session
+from s2s.stage import require
+from s2s.stt import moonshine_convert
+from s2s.stt.base import STTStage
+
+log = logging.getLogger(__name__)
+RATE = 16000
+PACKAGE = "moonshine_cpp"  # moonshine-cpp 0.1.4 (MIT): models/base-en/ (ORT files, tokenizer.bin)
+PACKAGED = {"base.en": ("models", "base-en")}
+START, END = 1, 2  # the tokenizer's <s> and </s>
+TOKENS_PER_S, TOKENS_MORE = 8, 8  # a bound on a decode: speech holds fewer tokens a second (Moonshine's own: 6.5)
+LOOPING = 2.4  # compression ratio of a decode that repeats itself (Whisper's rule)
+LONGEST_S = 30.0  # longer speech is decoded in pieces of this length (Moonshine was trained on up to 64 s)
+SHORTEST = RATE // 4  # the encoder's convolutions need some audio: shorter speech is padded with silence
+LEAD_S, TAIL_S = 0.5, 0.5  # silence put before and after the speech (see _decode)
+
+
+def read_tokens(path: Path) -> list[bytes]:
+    """moonshine-cpp's ``tokenizer.bin``: each token's bytes after their length (one byte; with the high bit
+    set, a second byte holds the length's next seven bits). ``▁`` stands for a space."""
+    data = path.read_bytes()
+    tokens, at = [], 0
+    while at < len(data):
+        length = data[at]
+        at += 1
+        if length >= 0x80:
+            length = (length & 0x7F) | (data[at] << 7)
+            at += 1
+        tokens.append(data[at:at + length])
+        at += length
+    return tokens
+
+
+def source_folder(model: str) -> Path | None:
+    """The Moonshine folder ``model`` names: packaged (None when moonshine-cpp is not installed), else local."""
+    if model_source(model, PACKAGED) == "packaged":
+        return package_file(PACKAGE, *PACKAGED[model])
+    return local_path(model)
+
+
+class MoonshineSTT(STTStage):
+    """Transcribes each utterance with Moonshine (English).
+
+    Args:
+        model: ``base.en`` (packaged in moonshine-cpp, offline) or a local folder in moonshine-cpp's layout
+            (``encoder_model.ort``/``.onnx``, ``decoder_model_merged.ort``/``.onnx``, ``tokenizer.bin``).
+        language: ``en``: Moonshine base is English only.
+        at_pause: decode the utterance when the speech pauses, as ``stt=faster_whisper`` (see there).
+        cache_dir: where the converted model is written once (null: the user cache folder).
+    """
+
+    sample_rate = RATE
+
+    def __init__(self, model: str = "base.en", language: Literal["en"] = "en", at_pause: bool = False,
+                 cache_dir: str | None = None) -> None:
+        self.model_name = model
+        self.language = language
+        self.at_pause = at_pause
+        self.cache_dir = cache_dir
+        self._sessions: tuple[Any, Any, Any] | None = None
+        self._tokens: list[bytes] = []
+
+    @classmethod
+    def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
+        model = kwargs["model"]
+        if model_source(model, PACKAGED) == "hub":
+            raise context.error("model", model, f"one of {', '.join(PACKAGED)} (packaged in moonshine-cpp) or a "
+                                "local folder of Moonshine's files (moonshine-cpp's layout)")
+        folder = source_folder(model)
+        if model_source(model, PACKAGED) == "local" and folder is not None and (lacks := moonshine_convert.missing(
+                folder)):
+            raise context.error("model", model, f"a folder with Moonshine's files (it lacks {', '.join(lacks)})")
+
+    def setup(self) -> None:
+        onnxruntime = require("onnxruntime", backend="stt=moonshine", extra=None)
+        require("onnx", backend="stt=moonshine", extra="moonshine")
+        folder = source_folder(self.model_name)
+        if folder is None or not folder.is_dir():
+            require(PACKAGE, backend="stt=moonshine", extra="moonshine")  # not installed: the error names the extra
+            raise FileNotFoundError(f"stt.model={self.model_name}: no Moonshine files in {folder}")
+        name = f"moonshine-{self.model_name}" if folder != local_path(self.model_name) else None
+        if name is None:  # a local folder: its converted copy is keyed by its path
+            name = "moonshine-" + hex(zlib.crc32(str(folder.resolve()).encode()))[2:]
+        built = build_once(cache_root(self.cache_dir) / f"{name}-int8", lambda out: moonshine_convert.convert(
+            folder, out), f"Moonshine {self.model_name} (converted for onnxruntime)")
+        threads = self.threads or 1  # a small model's products are too small to share among threads
+        self._sessions = tuple(cpu_session(onnxruntime, built / name, threads)  # type: ignore[assignment]
+                               for name in moonshine_convert.OUTPUTS[:3])
+        self._tokens = read_tokens(built / moonshine_convert.TOKENIZER)
+
+    def transcribe(self, samples: Any) -> tuple[str, str]:
+        samples = np.asarray(samples, dtype=np.float32)
+        piece = int(LONGEST_S * RATE)
+        texts = [self._decode(samples[start:start + piece]) for start in range(0, max(len(samples), 1), piece)]
+        return " ".join(text for text in texts if text), "en"
+
+    def _decode(self, samples: np.ndarray) -> str:
+        """One piece's text: the encoder once, then greedy tokens from the decoder's cache until ``</s>``."""
+        assert self._sessions is not None, "setup() first"
+        encoder, first, step = self._sessions
+        samples = np.pad(samples, (int(LEAD_S * RATE), int(TAIL_S * RATE)))
+        hidden = encoder.run(None, {"input_values": samples[None]})[0]
+        outputs = first.run(None, {"input_ids": np.array([[START]], np.int64), "encoder_hidden_states": hidden})
+        names = [output.name for output in first.get_outputs()]
+        cache = {name.replace("present", "past_key_values"): value for name, value in zip(names[1:], outputs[1:])}
+        step_names = [output.name for output in step.get_outputs()]
+        tokens: list[int] = []
+        longest = TOKENS_MORE + int(TOKENS_PER_S * len(samples) / RATE)
+        token = int(outputs[0][0, -1].argmax())
+        while token != END and len(tokens) < longest:
+            tokens.append(token)
+            outputs = step.run(None, {"input_ids": np.array([[token]], np.int64), **cache})
+            for name, value in zip(step_names[1:], outputs[1:]):
+                if ".decoder." in name:  # the encoder's keys and values stay those of the first token
+                    cache[name.replace("present", "past_key_values")] = value
+            token = int(outputs[0][0, -1].argmax())
+        text = b"".join(self._tokens[token] for token in tokens).decode("utf-8", "replace").replace("\u2581", " ")
+        text = " ".join(text.split())
+        if token != END and text and len(text) / len(zlib.compress(text.encode())) > LOOPING:
+            log.info("Moonshine looped on %.1f s of audio (%d tokens): no words", len(samples) / RATE, len(tokens))
+            return ""
+        return text
+
+    def close(self) -> None:
+        self._sessions = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model_name, "device": "cpu (onnxruntime)", "language": "en"}
