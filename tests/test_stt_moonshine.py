@@ -71,7 +71,7 @@ def test_silence_and_noise_give_no_reply_and_every_decode_is_bounded(stt):
     noise = (np.random.default_rng(0).standard_normal(16000 * 3) * 0.01).astype(np.float32)
     text, _ = stt.recognise(noise)
     assert len(text.split()) <= 8 * 3 + 8  # the bound: TOKENS_PER_S a second, plus TOKENS_MORE
-    blip = np.zeros(800, np.float32)  # 50 ms: shorter than the encoder's convolutions need, padded
+    blip = np.zeros(800, np.float32)  # 50 ms: shorter than the encoder's convolutions take alone
     assert stt.recognise(blip)[0] == ""
 
 

@@ -29,8 +29,9 @@ START, END = 1, 2  # the tokenizer's <s> and </s>
 TOKENS_PER_S, TOKENS_MORE = 8, 8  # a bound on a decode: speech holds fewer tokens a second (Moonshine's own: 6.5)
 LOOPING = 2.4  # compression ratio of a decode that repeats itself (Whisper's rule)
 LONGEST_S = 30.0  # longer speech is decoded in pieces of this length (Moonshine was trained on up to 64 s)
-SHORTEST = RATE // 4  # the encoder's convolutions need some audio: shorter speech is padded with silence
-LEAD_S, TAIL_S = 0.5, 0.5  # silence put before and after the speech (see _decode)
+# silence put before and after the speech: without it Moonshine heard espeak's "Good morning to you." as nothing
+# in 9 of 12 voices and rates (README, Moonshine base)
+LEAD_S, TAIL_S = 0.5, 0.5
 
 
 def read_tokens(path: Path) -> list[bytes]:
@@ -96,15 +97,22 @@ class MoonshineSTT(STTStage):
         if folder is None or not folder.is_dir():
             require(PACKAGE, backend="stt=moonshine", extra="moonshine")  # not installed: the error names the extra
             raise FileNotFoundError(f"stt.model={self.model_name}: no Moonshine files in {folder}")
-        name = f"moonshine-{self.model_name}" if folder != local_path(self.model_name) else None
-        if name is None:  # a local folder: its converted copy is keyed by its path
-            name = "moonshine-" + hex(zlib.crc32(str(folder.resolve()).encode()))[2:]
-        built = build_once(cache_root(self.cache_dir) / f"{name}-int8", lambda out: moonshine_convert.convert(
-            folder, out), f"Moonshine {self.model_name} (converted for onnxruntime)")
+        built = build_once(cache_root(self.cache_dir) / self._converted_name(folder),
+                           lambda out: moonshine_convert.convert(folder, out),
+                           f"Moonshine {self.model_name} (converted for onnxruntime)")
         threads = self.threads or 1  # a small model's products are too small to share among threads
         self._sessions = tuple(cpu_session(onnxruntime, built / name, threads)  # type: ignore[assignment]
                                for name in moonshine_convert.OUTPUTS[:3])
         self._tokens = read_tokens(built / moonshine_convert.TOKENIZER)
+
+    def _converted_name(self, folder: Path) -> str:
+        """The converted copy's folder in the cache: the packaged model's name, or (a local folder) a digest of its
+        path and its files' sizes and times, so an edited folder is converted again; and the conversion's version."""
+        name = self.model_name
+        if model_source(name, PACKAGED) == "local":
+            files = sorted((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in folder.iterdir())
+            name = hex(zlib.crc32(repr((str(folder.resolve()), files)).encode()))[2:]
+        return f"moonshine-{name}-int8-v{moonshine_convert.VERSION}"
 
     def transcribe(self, samples: Any) -> tuple[str, str]:
         samples = np.asarray(samples, dtype=np.float32)
