@@ -79,18 +79,42 @@ def test_the_pause_pass_is_the_segments_transcript(stt):
     clip = recordings()[8].samples
     stt.reset()
     assert not list(stt.process(SpeechSoFar((clip,), 16000, 5, 1.0, paused=True)))
-    calls = []
-    original = stt.transcribe
-    stt.transcribe = lambda samples: calls.append(len(samples)) or original(samples)
+    decodes = []
+    original = stt._generate
+    stt._generate = lambda samples, forced: decodes.append((len(samples), forced)) or original(samples, forced)
     try:
         [out] = list(stt.process(SpeechSegment(clip, 16000, 5, 1.0, 4.0)))
-        assert calls == []  # the pass at the pause heard exactly this audio
+        assert decodes == []  # the pass at the pause heard exactly this audio
         longer = np.concatenate([clip, np.zeros(1600, np.float32)])
         [again] = list(stt.process(SpeechSegment(longer, 16000, 6, 1.0, 4.1)))
-        assert calls == [len(longer)]  # more audio than the pass heard: decoded whole, nothing forced on it
+        assert decodes == [(len(longer), [])]  # more audio than the pass heard: decoded whole, nothing forced
     finally:
-        del stt.transcribe
-    assert out.text == again.text or out.text.rstrip(".") in again.text
+        del stt._generate
+    assert out.text == again.text == stt.recognise(clip)[0]
+
+
+def test_passes_while_speaking_commit_words_and_the_turn_decodes_only_the_rest(stt):
+    """stt.incremental_s: the words three passes agree on are committed, the turn's decode reads their tokens in
+    one call and makes only the rest, and the transcript is what one pass over the whole utterance hears."""
+    clips = [clip.samples for clip in recordings()[:2]]  # 4.9 and 5.6 s
+    stt.incremental_s = 0.5
+    forced = []
+    original = stt._generate
+    stt._generate = lambda samples, tokens: forced.append(len(tokens)) or original(samples, tokens)
+    try:
+        for turn, clip in enumerate(clips):
+            stt.reset()
+            for end in range(8000, len(clip), 8000):  # the speech so far, every half second
+                list(stt.process(SpeechSoFar((clip[:end],), 16000, turn, float(turn))))
+            assert stt._utterance is not None and len(stt._utterance.committed) >= 5
+            forced.clear()
+            [out] = list(stt.process(SpeechSegment(clip, 16000, turn, float(turn), 9.0)))
+            assert len(forced) == 1 and forced[0] >= 5  # one decode, its committed words read, not made
+            whole = stt.recognise(clip)[0]
+            assert whisper_normalised_errors(whole, out.text)[0] <= 1, (whole, out.text)
+    finally:
+        del stt._generate
+        stt.incremental_s = None
 
 
 def test_bad_models_fail_before_anything_loads(tmp_path):

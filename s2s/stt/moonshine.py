@@ -8,13 +8,14 @@ package's own runtime is not used: its model files are converted once into the c
 from __future__ import annotations
 
 import logging
+import re
 import zlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from s2s.config_errors import ValidationContext
+from s2s.config_errors import Range, ValidationContext
 from s2s.models import build_once, cache_root, local_path, model_source, package_file
 from s2s.onnx import cpu_session
 from s2s.stage import require
@@ -26,6 +27,7 @@ RATE = 16000
 PACKAGE = "moonshine_cpp"  # moonshine-cpp 0.1.4 (MIT): models/base-en/ (ORT files, tokenizer.bin)
 PACKAGED = {"base.en": ("models", "base-en")}
 START, END = 1, 2  # the tokenizer's <s> and </s>
+SPACE = "\u2581"  # a token's leading space
 TOKENS_PER_S, TOKENS_MORE = 8, 8  # a bound on a decode: speech holds fewer tokens a second (Moonshine's own: 6.5)
 LOOPING = 2.4  # compression ratio of a decode that repeats itself (Whisper's rule)
 LONGEST_S = 30.0  # longer speech is decoded in pieces of this length (Moonshine was trained on up to 64 s)
@@ -57,6 +59,12 @@ def source_folder(model: str) -> Path | None:
     return local_path(model)
 
 
+def _looping(text: str) -> bool:
+    """Text that repeats itself (Whisper's compression-ratio rule): a decode the bound cut off in a loop."""
+    text = text.strip()
+    return bool(text) and len(text) / len(zlib.compress(text.encode())) > LOOPING
+
+
 class MoonshineSTT(STTStage):
     """Transcribes each utterance with Moonshine (English).
 
@@ -64,20 +72,26 @@ class MoonshineSTT(STTStage):
         model: ``base.en`` (packaged in moonshine-cpp, offline) or a local folder in moonshine-cpp's layout
             (``encoder_model.ort``/``.onnx``, ``decoder_model_merged.ort``/``.onnx``, ``tokenizer.bin``).
         language: ``en``: Moonshine base is English only.
+        incremental_s: decode the utterance while the user speaks, after each this many seconds of new speech,
+            the decoder made to start with the words three passes agreed on (:mod:`s2s.stt.incremental`); null:
+            one pass when the utterance ends.
         at_pause: decode the utterance when the speech pauses, as ``stt=faster_whisper`` (see there).
         cache_dir: where the converted model is written once (null: the user cache folder).
     """
 
     sample_rate = RATE
 
-    def __init__(self, model: str = "base.en", language: Literal["en"] = "en", at_pause: bool = False,
+    def __init__(self, model: str = "base.en", language: Literal["en"] = "en",
+                 incremental_s: Annotated[float, Range(0.2, 5)] | None = None, at_pause: bool = False,
                  cache_dir: str | None = None) -> None:
         self.model_name = model
         self.language = language
+        self.incremental_s = incremental_s
         self.at_pause = at_pause
         self.cache_dir = cache_dir
         self._sessions: tuple[Any, Any, Any] | None = None
         self._tokens: list[bytes] = []
+        self._last: list[int] = []  # the last decode's tokens: a later pass's committed words are read from them
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
@@ -117,35 +131,68 @@ class MoonshineSTT(STTStage):
     def transcribe(self, samples: Any) -> tuple[str, str]:
         samples = np.asarray(samples, dtype=np.float32)
         piece = int(LONGEST_S * RATE)
-        texts = [self._decode(samples[start:start + piece]) for start in range(0, max(len(samples), 1), piece)]
+        texts = []
+        for start in range(0, max(len(samples), 1), piece):
+            tokens, ended = self._generate(samples[start:start + piece], [])
+            texts.append("" if not ended and _looping(self._text(tokens)) else self._text(tokens).strip())
         return " ".join(text for text in texts if text), "en"
 
-    def _decode(self, samples: np.ndarray) -> str:
-        """One piece's text: the encoder once, then greedy tokens from the decoder's cache until ``</s>``."""
+    def transcribe_from(self, samples: Any, prefix: str) -> tuple[str | None, str]:
+        """What follows ``prefix`` (committed words of earlier passes) in ``samples``: the decoder reads the tokens
+        an earlier pass wrote them with in one call, then makes only the rest. None: a prefix no earlier pass wrote
+        as such, speech longer than one piece, or a decode that loops (the turn then decodes it whole)."""
+        samples = np.asarray(samples, dtype=np.float32)
+        forced = self._written(prefix)
+        if forced is None or len(samples) > LONGEST_S * RATE:
+            return None, "en"
+        tokens, ended = self._generate(samples, forced)
+        rest = self._text(tokens).rstrip()
+        return (None if not ended and _looping(rest) else rest), "en"
+
+    def _written(self, prefix: str) -> list[int] | None:
+        """The tokens of the last decode that wrote exactly ``prefix`` (whole words), or None."""
+        if not prefix:
+            return []
+        text = ""
+        for count, token in enumerate(self._last, 1):
+            text += self._text([token])
+            following = self._tokens[self._last[count]] if count < len(self._last) else SPACE.encode()
+            if " ".join(text.split()) == prefix and following.startswith(SPACE.encode()):  # a word ends here
+                return self._last[:count]
+        return None
+
+    def _text(self, tokens: list[int]) -> str:
+        """The tokens' text, spaces as they come (a leading one included), runs of them as one."""
+        text = b"".join(self._tokens[token] for token in tokens).decode("utf-8", "replace").replace(SPACE, " ")
+        return re.sub(r"\s+", " ", text)
+
+    def _generate(self, samples: np.ndarray, forced: list[int]) -> tuple[list[int], bool]:
+        """The tokens after ``forced`` for one piece of speech, and whether the decoder ended them (``</s>``): the
+        encoder once, the first decoder call over ``<s>`` and ``forced``, then greedy steps from the cache, at most
+        ``TOKENS_PER_S`` a second of speech (plus ``TOKENS_MORE``) in all."""
         assert self._sessions is not None, "setup() first"
         encoder, first, step = self._sessions
+        seconds = len(samples) / RATE
         samples = np.pad(samples, (int(LEAD_S * RATE), int(TAIL_S * RATE)))
         hidden = encoder.run(None, {"input_values": samples[None]})[0]
-        outputs = first.run(None, {"input_ids": np.array([[START]], np.int64), "encoder_hidden_states": hidden})
+        outputs = first.run(None, {"input_ids": np.array([[START, *forced]], np.int64), "encoder_hidden_states": hidden})
         names = [output.name for output in first.get_outputs()]
         cache = {name.replace("present", "past_key_values"): value for name, value in zip(names[1:], outputs[1:])}
         step_names = [output.name for output in step.get_outputs()]
         tokens: list[int] = []
-        longest = TOKENS_MORE + int(TOKENS_PER_S * len(samples) / RATE)
+        longest = TOKENS_MORE + int(TOKENS_PER_S * seconds) - len(forced)
         token = int(outputs[0][0, -1].argmax())
         while token != END and len(tokens) < longest:
             tokens.append(token)
             outputs = step.run(None, {"input_ids": np.array([[token]], np.int64), **cache})
             for name, value in zip(step_names[1:], outputs[1:]):
-                if ".decoder." in name:  # the encoder's keys and values stay those of the first token
+                if ".decoder." in name:  # the encoder's keys and values stay those of the first call
                     cache[name.replace("present", "past_key_values")] = value
             token = int(outputs[0][0, -1].argmax())
-        text = b"".join(self._tokens[token] for token in tokens).decode("utf-8", "replace").replace("\u2581", " ")
-        text = " ".join(text.split())
-        if token != END and text and len(text) / len(zlib.compress(text.encode())) > LOOPING:
-            log.info("Moonshine looped on %.1f s of audio (%d tokens): no words", len(samples) / RATE, len(tokens))
-            return ""
-        return text
+        self._last = forced + tokens
+        if token != END:
+            log.info("Moonshine stopped at its bound on %.1f s of speech (%d tokens)", seconds, len(self._last))
+        return tokens, token == END
 
     def close(self) -> None:
         self._sessions = None
