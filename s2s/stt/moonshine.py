@@ -30,7 +30,8 @@ START, END = 1, 2  # the tokenizer's <s> and </s>
 SPACE = "\u2581"  # a token's leading space
 TOKENS_PER_S, TOKENS_MORE = 8, 8  # a bound on a decode: speech holds fewer tokens a second (Moonshine's own: 6.5)
 LOOPING = 2.4  # compression ratio of a decode that repeats itself (Whisper's rule)
-LONGEST_S = 30.0  # longer speech is decoded in pieces of this length (Moonshine was trained on up to 64 s)
+LONGEST_S = 30.0  # longer speech is decoded in pieces of at most this length (Moonshine was trained on up to 64 s)
+CUT_WITHIN_S = 5.0  # ... cut at the quietest moment of their last this many seconds
 # silence put before and after the speech: without it Moonshine heard espeak's "Good morning to you." as nothing
 # in 9 of 12 voices and rates (README, Moonshine base)
 LEAD_S, TAIL_S = 0.5, 0.5
@@ -57,6 +58,20 @@ def source_folder(model: str) -> Path | None:
     if model_source(model, PACKAGED) == "packaged":
         return package_file(PACKAGE, *PACKAGED[model])
     return local_path(model)
+
+
+def pieces(samples: np.ndarray) -> list[np.ndarray]:
+    """``samples`` in pieces of at most ``LONGEST_S``, each cut at the quietest tenth of a second of its last
+    ``CUT_WITHIN_S`` (a pause between words, where there is one)."""
+    longest, frame = int(LONGEST_S * RATE), RATE // 10
+    found = []
+    while len(samples) > longest:
+        tail = samples[longest - int(CUT_WITHIN_S * RATE):longest]
+        energy = np.convolve(tail ** 2, np.ones(frame), "valid")[::frame // 4]
+        cut = longest - len(tail) + int(np.argmin(energy)) * (frame // 4) + frame // 2
+        found.append(samples[:cut])
+        samples = samples[cut:]
+    return [*found, samples]
 
 
 def _looping(text: str) -> bool:
@@ -129,11 +144,9 @@ class MoonshineSTT(STTStage):
         return f"moonshine-{name}-int8-v{moonshine_convert.VERSION}"
 
     def transcribe(self, samples: Any) -> tuple[str, str]:
-        samples = np.asarray(samples, dtype=np.float32)
-        piece = int(LONGEST_S * RATE)
         texts = []
-        for start in range(0, max(len(samples), 1), piece):
-            tokens, ended = self._generate(samples[start:start + piece], [])
+        for piece in pieces(np.asarray(samples, dtype=np.float32)):
+            tokens, ended = self._generate(piece, [])
             texts.append("" if not ended and _looping(self._text(tokens)) else self._text(tokens).strip())
         return " ".join(text for text in texts if text), "en"
 
