@@ -42,9 +42,9 @@ def test_the_tokenizer_file_is_read_whole():
 
 
 def test_real_speech_is_heard_with_a_margin(stt):
-    """The 12 real recordings: at most 6 % of words wrong after Whisper's normaliser (3.1-3.7 % measured, under
-    the machine's AVX-512, onnxruntime's AVX2 path and one or two threads), and "Gregson" heard where tiny.en
-    hears "Greggs in"."""
+    """The 12 real recordings: at most 6 % of words wrong after Whisper's normaliser (2.5 % measured on one and
+    on two threads; the unsigned weights' integer products are exact on every CPU, and onnxruntime has no switch to
+    force another CPU's kernels), and the names "Gregson" (tiny.en: "Greggs in") and "Dashwood"."""
     clips = recordings()
     errors = words = 0
     heard = []
