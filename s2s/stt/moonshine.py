@@ -207,6 +207,10 @@ class MoonshineSTT(STTStage):
             log.info("Moonshine stopped at its bound on %.1f s of speech (%d tokens)", seconds, len(self._last))
         return tokens, token == END
 
+    def reset(self) -> None:
+        super().reset()
+        self._last = []
+
     def close(self) -> None:
         self._sessions = None
 
