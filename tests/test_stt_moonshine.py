@@ -123,6 +123,8 @@ def test_bad_models_fail_before_anything_loads(tmp_path):
     (tmp_path / "tokenizer.bin").write_bytes(b"")
     with pytest.raises(ConfigErrors, match=r"stt\.model.*lacks encoder_model\.ort\|\.onnx"):
         validate(compose_config(["stt=moonshine", f"stt.model={tmp_path}"]))
+    with pytest.raises(ConfigErrors, match=r"stt\.model.*no such folder"):
+        validate(compose_config(["stt=moonshine", f"stt.model={tmp_path / 'absent'}"]))
     with pytest.raises(ConfigErrors, match=r"stt\.language"):
         validate(compose_config(["stt=moonshine", "stt.language=de"]))
     assert moonshine_convert.missing(tmp_path) == ["encoder_model.ort|.onnx", "decoder_model_merged.ort|.onnx"]

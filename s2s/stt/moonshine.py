@@ -115,8 +115,12 @@ class MoonshineSTT(STTStage):
             raise context.error("model", model, f"one of {', '.join(PACKAGED)} (packaged in moonshine-cpp) or a "
                                 "local folder of Moonshine's files (moonshine-cpp's layout)")
         folder = source_folder(model)
-        if model_source(model, PACKAGED) == "local" and folder is not None and (lacks := moonshine_convert.missing(
-                folder)):
+        if model_source(model, PACKAGED) != "local" or folder is None:
+            return
+        if not folder.is_dir():
+            raise context.error("model", model, f"one of {', '.join(PACKAGED)} or an existing folder of Moonshine's "
+                                "files (no such folder)")
+        if lacks := moonshine_convert.missing(folder):
             raise context.error("model", model, f"a folder with Moonshine's files (it lacks {', '.join(lacks)})")
 
     def setup(self) -> None:
