@@ -96,8 +96,10 @@ def test_a_server_dropping_mid_chunk_costs_that_chunk_not_the_run(root, caplog):
     finally:
         stage.close()
         openai_servers.DROP_SPEECH[0] = 0
-    *said, error = dropped
-    assert said and all(isinstance(m, ReplyAudio) for m in said)  # what came before the drop was said
+    # what came before the drop was said: the audio before the error, and the pause the shaper still held after it
+    # (whether it held any depends on where the stream was cut)
+    [error] = [m for m in dropped if not isinstance(m, ReplyAudio)]
+    assert dropped.index(error) > 0 and dropped.index(error) >= len(dropped) - 2
     assert isinstance(error, Metric) and error.name == "tts_error" and "failed mid-chunk" in error.extra["error"]
     assert any("turn 7: a reply chunk was not said" in record.message for record in caplog.records)
     assert len(after) > 10 and all(isinstance(m, ReplyAudio) for m in after)  # the next chunk is whole
