@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +24,13 @@ from s2s.stage import Stage
 from s2s.stt.incremental import Utterance
 
 log = logging.getLogger(__name__)
+LOOPING = 2.4  # Whisper's compression_ratio_threshold: text that zlib shrinks more than this repeats itself
+
+
+def repeats_itself(text: str) -> bool:
+    """A decode that loops: its text (UTF-8) compresses by more than ``LOOPING`` (Whisper's rule)."""
+    data = text.strip().encode()
+    return bool(data) and len(data) / len(zlib.compress(data)) > LOOPING
 
 
 class TranscriptionFailed(RuntimeError):

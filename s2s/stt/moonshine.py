@@ -20,7 +20,7 @@ from s2s.models import build_once, cache_root, local_path, model_source, package
 from s2s.onnx import cpu_session
 from s2s.stage import require
 from s2s.stt import moonshine_convert
-from s2s.stt.base import STTStage
+from s2s.stt.base import STTStage, repeats_itself
 
 log = logging.getLogger(__name__)
 RATE = 16000
@@ -29,7 +29,6 @@ PACKAGED = {"base.en": ("models", "base-en")}
 START, END = 1, 2  # the tokenizer's <s> and </s>
 SPACE = "\u2581"  # a token's leading space
 TOKENS_PER_S, TOKENS_MORE = 8, 8  # a bound on a decode: speech holds fewer tokens a second (Moonshine's own: 6.5)
-LOOPING = 2.4  # compression ratio of a decode that repeats itself (Whisper's rule)
 LONGEST_S = 30.0  # longer speech is decoded in pieces of at most this length (Moonshine was trained on up to 64 s)
 CUT_WITHIN_S = 5.0  # ... cut at the quietest moment of their last this many seconds
 # silence put before and after the speech: without it Moonshine heard espeak's "Good morning to you." as nothing
@@ -72,12 +71,6 @@ def pieces(samples: np.ndarray) -> list[np.ndarray]:
         found.append(samples[:cut])
         samples = samples[cut:]
     return [*found, samples]
-
-
-def _looping(text: str) -> bool:
-    """Text that repeats itself (Whisper's compression-ratio rule): a decode the bound cut off in a loop."""
-    text = text.strip()
-    return bool(text) and len(text) / len(zlib.compress(text.encode())) > LOOPING
 
 
 class MoonshineSTT(STTStage):
@@ -151,7 +144,8 @@ class MoonshineSTT(STTStage):
         texts = []
         for piece in pieces(np.asarray(samples, dtype=np.float32)):
             tokens, ended = self._generate(piece, [])
-            texts.append("" if not ended and _looping(self._text(tokens)) else self._text(tokens).strip())
+            text = self._text(tokens).strip()
+            texts.append("" if not ended and repeats_itself(text) else text)
         return " ".join(text for text in texts if text), "en"
 
     def transcribe_from(self, samples: Any, prefix: str) -> tuple[str | None, str]:
@@ -164,7 +158,7 @@ class MoonshineSTT(STTStage):
             return None, "en"
         tokens, ended = self._generate(samples, forced)
         rest = self._text(tokens).rstrip()
-        return (None if not ended and _looping(rest) else rest), "en"
+        return (None if not ended and repeats_itself(rest) else rest), "en"
 
     def _written(self, prefix: str) -> list[int] | None:
         """The tokens of the last decode that wrote exactly ``prefix`` (whole words), or None."""
