@@ -73,6 +73,12 @@ def pieces(samples: np.ndarray) -> list[np.ndarray]:
     return [*found, samples]
 
 
+def _convert(folder: Path, out: Path) -> None:
+    """The conversion, which alone needs onnx (a start with the converted copy cached imports none of it)."""
+    require("onnx", backend="stt=moonshine", extra="moonshine")
+    moonshine_convert.convert(folder, out)
+
+
 class MoonshineSTT(STTStage):
     """Transcribes each utterance with Moonshine (English).
 
@@ -118,13 +124,12 @@ class MoonshineSTT(STTStage):
 
     def setup(self) -> None:
         onnxruntime = require("onnxruntime", backend="stt=moonshine", extra=None)
-        require("onnx", backend="stt=moonshine", extra="moonshine")
         folder = source_folder(self.model_name)
         if folder is None or not folder.is_dir():
             require(PACKAGE, backend="stt=moonshine", extra="moonshine")  # not installed: the error names the extra
             raise FileNotFoundError(f"stt.model={self.model_name}: no Moonshine files in {folder}")
         built = build_once(cache_root(self.cache_dir) / self._converted_name(folder),
-                           lambda out: moonshine_convert.convert(folder, out),
+                           lambda out: _convert(folder, out),
                            f"Moonshine {self.model_name} (converted for onnxruntime)")
         threads = self.threads or 1  # a small model's products are too small to share among threads
         self._sessions = tuple(cpu_session(onnxruntime, built / name, threads)  # type: ignore[assignment]

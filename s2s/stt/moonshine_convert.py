@@ -159,10 +159,11 @@ def _half_tables(model: Any) -> Any:
     for node in graph.node:
         nodes.append(node)
         table = weights.get(node.input[0]) if node.op_type == "Gather" and node.input else None
-        if table is None or table.data_type != 1 or numpy_helper.to_array(table).size < (1 << 20):
+        values = numpy_helper.to_array(table) if table is not None and table.data_type == 1 else None
+        if values is None or values.size < (1 << 20):
             continue
         graph.initializer.remove(table)
-        graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(table).astype(np.float16), table.name))
+        graph.initializer.append(numpy_helper.from_array(values.astype(np.float16), table.name))
         looked_up = node.output[0]
         node.output[0] = looked_up + "_half"
         nodes.append(helper.make_node("Cast", [node.output[0]], [looked_up], to=1))
