@@ -78,7 +78,7 @@ class SpeechSoFar(Progress):
     sample_rate: int
     turn: int
     start_s: float
-    paused: bool = False  # the speech paused: the samples are what the segment holds if the pause lasts
+    paused: bool = False  # a pause began: as long as the segment will be if it lasts (silence for what is to come)
     language: str | None = None  # as the segment's
 
     @property
