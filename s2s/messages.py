@@ -171,6 +171,16 @@ class TurnVerdict(Control):
 
 
 @dataclass(frozen=True)
+class SentenceEnd(Control):
+    """How likely the words of speculative turn ``turn`` end a sentence, as the STT heard them with the audio
+    (Whisper's probability of a closing mark right after them). The runner hands it back to the VAD, which weighs
+    the words' :class:`TurnVerdict` with it (:func:`s2s.vad.turn_detection.words_probability`)."""
+
+    turn: int
+    probability: float
+
+
+@dataclass(frozen=True)
 class TurnEnd(Control):
     """All of the reply to ``turn`` has been emitted upstream of this point."""
 

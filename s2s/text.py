@@ -1,4 +1,4 @@
-"""Text helpers shared by LLM and TTS stages."""
+"""Text helpers shared by the STT, LLM and TTS stages."""
 from __future__ import annotations
 
 import itertools
@@ -51,6 +51,14 @@ def sentence_ends(text: str, final: bool = False) -> list[int]:
         if (rest[:1].isspace() and rest.strip()) or (text[end - 1] in _CJK_END and rest):
             confirmed.append(end)
     return confirmed
+
+
+_CLOSING = re.compile(r"[\s.?!,;:\-\u2026\u2013\u2014]+$")
+
+
+def bare_words(text: str) -> str:
+    """``text`` without the marks that close it ("capital of France?" -> "capital of France")."""
+    return _CLOSING.sub("", text.strip())
 
 
 def normalise(sentence: str) -> str:

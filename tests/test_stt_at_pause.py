@@ -7,7 +7,7 @@ import pytest
 from conftest import compose_config
 from s2s import audio
 from s2s.bench.real_speech import recordings
-from s2s.messages import SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar
+from s2s.messages import SentenceEnd, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar
 from s2s.stt.faster_whisper import FasterWhisperSTT
 
 
@@ -99,3 +99,21 @@ def test_a_session_whose_stt_decodes_only_at_pauses_makes_its_own_partial_transc
         session_vad = SessionVAD(SileroVAD(), TurnCounter())
         session_vad.enable_partials(stt, 0.5, lambda turn, text: None, lambda: True)
         assert (session_vad._partials is not None) is own
+
+
+def test_a_speculative_turn_s_words_come_with_whisper_s_sentence_end_when_the_vad_takes_it(stt, real):
+    """After the transcript, so the LLM starts on the words first; only for a speculative turn (the VAD is judging
+    it) and only when the graph wants it (turn.sentence_end)."""
+    samples = real[0]
+    try:
+        stt.wanted = frozenset({SentenceEnd})
+        stt.reset()
+        said = list(stt.process(SpeechSegment(samples, 16000, 3, 0.0, 9.0, speculative=True)))
+        assert [type(message) for message in said] == [Transcript, SentenceEnd]
+        assert said[1].turn == 3 and 0.5 <= said[1].probability <= 1.0  # "Go forward 10 meters."
+        assert [type(m) for m in stt.process(SpeechSegment(samples, 16000, 4, 0.0, 9.0))] == [Transcript]
+        stt.wanted = frozenset()
+        assert [type(m) for m in stt.process(SpeechSegment(samples, 16000, 5, 0.0, 9.0, speculative=True))] \
+            == [Transcript]
+    finally:
+        stt.wanted = frozenset()

@@ -14,8 +14,8 @@ from graph_stages import Collector, Voice
 from s2s import audio
 from s2s.graph import Graph, NullObserver
 from s2s.llm.ctranslate2_lm import CTranslate2LM
-from s2s.messages import (AudioChunk, Data, Message, ReplyText, SpeechSegment, Transcript, TurnConfirmed,
-                          TurnDiscarded, TurnVerdict)
+from s2s.messages import (AudioChunk, Data, Message, ReplyText, SentenceEnd, SpeechSegment, Transcript,
+                          TurnConfirmed, TurnDiscarded, TurnVerdict)
 from s2s.stage import Source, Stage
 from s2s.vad import turn_detection
 from s2s.vad.silero import SileroVAD
@@ -58,22 +58,27 @@ def question(espeak, tmp_path_factory):
 
 
 def run_vad(samples: np.ndarray, verdict: float | None, late_s: float = 0.1, turn_shift: int = 0,
-            vad: SileroVAD | None = None) -> list:
-    """The VAD on ``samples``; ``late_s`` of audio after its speculative segment, the verdict comes back."""
+            vad: SileroVAD | None = None, heard: float | None = None, heard_late_s: float = 0.0) -> list:
+    """The VAD on ``samples``; ``late_s`` of audio after its speculative segment, the verdict comes back (and
+    ``heard_late_s`` after that, the STT's :class:`SentenceEnd` when ``heard`` is given)."""
     vad = vad or SileroVAD(turn=WORDS)
     vad.quiet_below = None  # the judging is timed on Silero's silence; the quiet start: tests/test_real_speech.py
     vad.setup()
     out: list[Message] = []
-    due = None
+    due = later = None
     for block in audio.chunks(samples, 512):
         for message in vad.process(AudioChunk(block, 16000)):
             out.append(message)
             if isinstance(message, SpeechSegment) and message.speculative:
-                due = message.closed_s + late_s
+                due, later, turn = message.closed_s + late_s, message.closed_s + late_s + heard_late_s, message.turn
         if due is not None and vad._position / 16000 >= due:
             due = None
             if verdict is not None:
-                out += vad.steer(TurnVerdict(out[-1].turn + turn_shift if out else 0, verdict))
+                out += vad.steer(TurnVerdict(turn + turn_shift, verdict))
+        if later is not None and vad._position / 16000 >= later:
+            later = None
+            if heard is not None:
+                out += vad.steer(SentenceEnd(turn + turn_shift, heard))
     return out + list(vad.flush())
 
 
@@ -139,6 +144,32 @@ def test_fused_ends_at_once_when_both_say_done_and_waits_longest_for_unfinished_
     segment, confirmed = ended(run_vad(question, words, vad=vad))
     assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.07)
     assert len(heard.heard) == 1 and vad.takes == (TurnVerdict,)
+
+
+@pytest.mark.parametrize("words,heard,heard_late_s,after_s", [
+    (0.07, 0.9, 0.0, 0.2),  # the words under the threshold (0.1), the STT sure they end a sentence: done
+    (0.07, 0.3, 0.0, 1.5),  # ... and the STT not sure: the long wait
+    (0.6, 0.05, 0.0, 1.5),  # the words done, the speech trailing off as the STT heard it: the long wait
+    (0.07, 0.9, 0.3, 0.46),  # the STT's verdict after the judge silence: the turn ends when it comes
+])
+def test_the_stts_sentence_end_weighs_the_words_verdict(question, words, heard, heard_late_s, after_s):
+    vad = SileroVAD(turn={**WORDS, "sentence_end": True})  # turn.sentence_end=true
+    assert vad.takes == (TurnVerdict, SentenceEnd)
+    segment, confirmed = ended(run_vad(question, words, vad=vad, heard=heard, heard_late_s=heard_late_s))
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.07)
+    assert turn_detection.words_probability(0.3, None) == 0.3 and turn_detection.words_probability(0.6, 0.5) == 0.6
+
+
+def test_a_words_done_wait_is_taken_back_when_the_stt_hears_the_speech_trail_off(question):
+    """turn=fused, the audio not done: the words' done sets the shorter wait (words_done_ms), which the STT's
+    verdict coming after it cancels."""
+    vad = SileroVAD(turn={"_target_": "s2s.vad.turn_detection.FusedSettings", "threshold": 0.5,
+                          "words_threshold": 0.1, "max_silence_ms": 1500, "words_done_ms": 600,
+                          "sentence_end": True})
+    vad.detector = Heard(False)
+    segment, confirmed = ended(run_vad(question, 0.6, vad=vad, heard=0.05, heard_late_s=0.3))
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(1.5, abs=0.07)
+    assert SileroVAD(turn=WORDS).takes == (TurnVerdict,)  # the default: the words alone, the STT makes none
 
 
 

@@ -137,31 +137,38 @@ def build_vad(overrides: list[str]) -> Any:
 
 
 class Hearing:
-    """The STT and LLM stages a VAD that reads the words needs: a speculative segment in, the LLM's verdict out."""
+    """The STT and LLM stages a VAD that reads the words needs: a speculative segment in, the verdicts out (the
+    LLM's on the words, and the STT's on their sentence end where it makes one)."""
 
-    def __init__(self, overrides: list[str], delay_s: float | None = None) -> None:
+    def __init__(self, overrides: list[str], delay_s: float | None = None, takes: tuple[type, ...] = ()) -> None:
         from s2s.bench.compose import set_up
-        from s2s.messages import TurnVerdict
+        from s2s.messages import SentenceEnd, TurnVerdict
 
-        self.delay_s = delay_s  # None: the verdict comes back after the wall time it took; else after this
+        self.delay_s = delay_s  # None: the verdicts come back after the wall time they took; else after this
 
         self.stt, self.llm = (set_up(overrides, group, "/tmp/s2s-bench-turns") for group in ("stt", "llm"))
-        self.llm.wanted = frozenset({TurnVerdict})  # as the runner tells it when the VAD takes verdicts
-        self.texts: dict[str, float] = {}  # each speculative transcript and its score, for the report
+        # as the runner tells them: the STT makes its verdict only for a VAD that takes it (turn.sentence_end)
+        self.stt.wanted = frozenset({SentenceEnd}) & frozenset(takes)
+        self.llm.wanted = frozenset({TurnVerdict})
+        self.texts: dict[str, float] = {}  # each speculative transcript and its weighed score, for the report
         self.delays: list[float] = []  # wall seconds from each speculative segment to its verdict
 
-    def verdict(self, segment: Any) -> tuple[Any, float]:
-        """The verdict on ``segment`` (None: no words or no score) and the wall seconds STT and LLM took."""
-        from s2s.messages import Transcript, TurnVerdict
+    def verdict(self, segment: Any) -> tuple[list[Any], float]:
+        """The verdicts on ``segment`` (none: no words or no score) and the wall seconds STT and LLM took."""
+        from s2s.messages import SentenceEnd, Transcript, TurnVerdict
+        from s2s.vad.turn_detection import words_probability
 
         started = time.perf_counter()
-        texts = [m.text for m in self.stt.process(segment) if isinstance(m, Transcript)]
+        out = list(self.stt.process(segment))
+        texts = [m.text for m in out if isinstance(m, Transcript)]
+        verdicts = [m for m in out if isinstance(m, SentenceEnd)]
         probability = self.llm.end_of_turn_probability(self.llm.chat_messages(texts[0])) if texts else None
-        if texts and probability is not None:
-            self.texts[texts[0]] = probability
-        verdict = None if probability is None else TurnVerdict(segment.turn, probability)
+        if probability is not None:
+            verdicts.append(TurnVerdict(segment.turn, probability))
+            heard = verdicts[0].probability if isinstance(verdicts[0], SentenceEnd) else None
+            self.texts[texts[0]] = words_probability(probability, heard)
         self.delays.append(time.perf_counter() - started)
-        return verdict, self.delays[-1] if self.delay_s is None else self.delay_s
+        return verdicts, self.delays[-1] if self.delay_s is None else self.delay_s
 
     def close(self) -> None:
         self.stt.close()
@@ -188,9 +195,9 @@ def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str,
                 if not message.speculative:
                     ended.append((message.speech_end_s, message.closed_s))
                 elif hearing is not None:
-                    verdict, seconds = hearing.verdict(message)
-                    if verdict is not None:
-                        due.append((message.closed_s + seconds, verdict))
+                    verdicts, seconds = hearing.verdict(message)
+                    due += [(message.closed_s + seconds, verdict) for verdict in verdicts
+                            if isinstance(verdict, vad.takes)]  # turn.sentence_end=false takes the words' alone
             elif isinstance(message, TurnConfirmed):
                 ended.append((segments[message.turn].speech_end_s, message.at_s))
     seconds = time.perf_counter() - started
@@ -263,7 +270,7 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
         from s2s.messages import TurnVerdict
 
         vad = build_vad([*overrides, *variant])
-        hearing = Hearing([*overrides, *variant], verdict_delay_s) if TurnVerdict in vad.takes else None
+        hearing = Hearing([*overrides, *variant], verdict_delay_s, vad.takes) if TurnVerdict in vad.takes else None
         found = [judge(vad, clip, hearing) for clip in clips]
         vad.close()
         name = " ".join(variant)

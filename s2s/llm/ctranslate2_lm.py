@@ -23,7 +23,7 @@ from s2s.llm.chat_template import thinking_error
 from s2s.llm.calibration import CalibratedReplies, Capped, Confidence, Measure, calibrated
 from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWords, HistoryTokens, HistoryTurns,
                               MaxNewTokens, RepetitionPenalty, ReplyLanguage, Temperature, Thinking, Threshold)
-from s2s.llm.sentence_end import bare_words, sentence_end_ids
+from s2s.llm.sentence_end import sentence_end_ids
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
 from s2s.models import build_once, cache_root, ctranslate2_threads, local_path, model_source
@@ -31,6 +31,7 @@ from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
 from s2s.usage import Usage
+from s2s.text import bare_words
 
 log = logging.getLogger(__name__)
 PACKAGED_NAME = "SmolLM2-135M-Instruct"

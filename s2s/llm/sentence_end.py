@@ -1,20 +1,12 @@
 """What ``turn=words`` and ``turn=fused`` read from a transcript: whether its words could end a sentence.
 
-The LLM stage scores the words with the marks Whisper closed them with taken off (:func:`bare_words`), and sums
-its model's probability of the tokens that would end them (:func:`sentence_end_ids`).
+The LLM stage scores the words with the marks Whisper closed them with taken off (:func:`s2s.text.bare_words`),
+and sums its model's probability of the tokens that would end them (:func:`sentence_end_ids`).
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
-
-_CLOSING = re.compile(r"[\s.?!,;:\-\u2026\u2013\u2014]+$")
-
-
-def bare_words(text: str) -> str:
-    """``text`` without the marks that close it ("capital of France?" -> "capital of France")."""
-    return _CLOSING.sub("", text.strip())
 
 
 def sentence_end_ids(tokenizer: Any, end_of_turn: Iterable[int]) -> list[int]:

@@ -19,7 +19,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from s2s import audio
-from s2s.messages import Data, Message, Metric, SpeechSegment, SpeechSoFar, Transcript, TranscriptSoFar, TurnEnd
+from s2s.messages import (Data, Message, Metric, SentenceEnd, SpeechSegment, SpeechSoFar, Transcript,
+                          TranscriptSoFar, TurnEnd)
 from s2s.stage import Stage
 from s2s.stt.incremental import Utterance
 
@@ -55,7 +56,7 @@ class STTStage(Stage):
     """
 
     accepts = (SpeechSegment, SpeechSoFar)
-    emits = (Transcript,)
+    emits = (Transcript, SentenceEnd)
     sample_rate: int = 16000
     # seconds of new speech between two passes over the open utterance; None: one pass at the end (the default)
     incremental_s: float | None = None
@@ -79,6 +80,11 @@ class STTStage(Stage):
 
     def transcribe(self, samples: Any) -> tuple[str, str | None]:
         raise NotImplementedError
+
+    def sentence_end(self, samples: Any, text: str) -> float | None:
+        """How likely ``text`` (this stage's transcript of ``samples``) ends a sentence, as the model hears it with
+        the audio; None: the backend cannot say (the words' verdict then stands alone)."""
+        return None
 
     def transcribe_from(self, samples: Any, prefix: str) -> tuple[str | None, str | None]:
         """Incremental backends: the text of ``samples`` (the utterance so far) after ``prefix`` (its committed
@@ -157,6 +163,10 @@ class STTStage(Stage):
             return
         if text:
             yield Transcript(text, message.turn, language, speculative=message.speculative)
+            # after the words went on (turn.sentence_end): the VAD weighs the words' verdict, which comes later, with it
+            heard = self.sentence_end(samples, text) if message.speculative and SentenceEnd in self.wanted else None
+            if heard is not None:
+                yield SentenceEnd(message.turn, heard)
         else:
             log.info("turn %d: no words recognised, no reply", message.turn)
             yield TurnEnd(message.turn)

@@ -12,15 +12,14 @@ from s2s import audio
 from s2s.aside import Aside
 from s2s.config_errors import ConfigErrors, Range, ValidationContext
 from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechSoFar, SpeechStarted,
-                          TurnConfirmed, TurnDiscarded, TurnVerdict)
-from s2s.stage import MissingExtraError, Stage, require
+                          SentenceEnd, TurnConfirmed, TurnDiscarded, TurnVerdict)
+from s2s.stage import Stage, require
 from s2s.vad import turn_detection
+from s2s.vad.silero_models import RATE, OnnxSilero, TorchSilero
 
 log = logging.getLogger(__name__)
 
-RATE = 16000
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
-CONTEXT = 64  # samples of the previous frame the ONNX model sees before each new one (as silero-vad feeds it)
 PROGRESS_FRAMES = 4  # while the user speaks, the utterance so far goes to an STT that asks for it this often
 SILENT = np.zeros(FRAME, np.float32)  # a frame of silence (never written)
 # the background's level: the 10th percentile of the RMS of the last 1.6 s before speech, or the RMS of the
@@ -29,50 +28,8 @@ BACKGROUND_FRAMES = 50
 LOUDEST_QUIET = 0.1  # a background this loud against the speech's peak cannot tell a quiet pause: Silero alone
 
 
-class OnnxSilero:
-    """Silero's packaged ONNX export through onnxruntime, fed as silero-vad's own ``OnnxWrapper`` feeds it; no torch
-    (the file is found without importing ``silero_vad``, whose ``__init__`` imports torch)."""
-
-    def __init__(self, onnxruntime: Any, threads: int | None) -> None:
-        from s2s.models import package_file
-        from s2s.onnx import cpu_session
-
-        path = package_file("silero_vad", "data", "silero_vad.onnx")
-        if path is None:
-            raise MissingExtraError("vad=silero", "silero_vad", None)
-        # 32 ms frames: one thread is plenty; the model is stateless (its state is an input), so one session serves
-        self._session = cpu_session(onnxruntime, path, threads or 1)
-        self._rate = np.array(RATE, dtype=np.int64)
-        self.reset_states()
-
-    def reset_states(self) -> None:
-        self._state = np.zeros((2, 1, 128), dtype=np.float32)
-        self._context = np.zeros(CONTEXT, dtype=np.float32)
-
-    def __call__(self, frame: np.ndarray) -> float:
-        window = np.concatenate([self._context, frame])[None, :]
-        probability, self._state = self._session.run(None, {"input": window, "state": self._state, "sr": self._rate})
-        self._context = frame[-CONTEXT:]
-        return float(probability[0, 0])
-
-
 def _samples(ms: int) -> int:
     return ms * RATE // 1000
-
-
-class TorchSilero:
-    """The packaged TorchScript model (``vad.onnx=false``), with the same call as :class:`OnnxSilero`."""
-
-    def __init__(self) -> None:
-        self._torch = require("torch", backend="vad=silero", extra=None)
-        self._model = require("silero_vad", backend="vad=silero", extra=None).load_silero_vad()
-
-    def reset_states(self) -> None:
-        self._model.reset_states()
-
-    def __call__(self, frame: np.ndarray) -> float:
-        with self._torch.no_grad():
-            return float(self._model(self._torch.from_numpy(np.ascontiguousarray(frame)), RATE))
 
 
 class SileroVAD(Stage):
@@ -139,9 +96,11 @@ class SileroVAD(Stage):
         hears = isinstance(self._turn_settings, turn_detection.HEARS)
         self._hear_silence = min(_samples(self._turn_settings.hear_silence_ms), self._judge_silence) if hears \
             else None
-        # turn=words: the LLM's verdict on the speculative turn's words comes back here (``steer``)
+        # turn=words: the LLM's verdict on the speculative turn's words comes back here (``steer``), and the STT's
+        # probability that they end a sentence, which weighs it
         words = isinstance(self._turn_settings, turn_detection.READS)
-        self.takes: tuple[type[Control], ...] = (TurnVerdict,) if words else ()
+        self.takes: tuple[type[Control], ...] = ((TurnVerdict, SentenceEnd) if self._turn_settings.sentence_end
+                                                  else (TurnVerdict,)) if words else ()
         self._fused = isinstance(self._turn_settings, turn_detection.FusedSettings)
         # the turn detector: called on the open turn's samples at the speculative silence, True ends it there;
         # setup() builds Smart Turn for turn=smart_turn unless one was set (tests set a stand-in)
@@ -184,7 +143,8 @@ class SileroVAD(Stage):
         self._started_sent = False
         self._speculated = False  # a speculative segment of the open turn is out
         self._judged = False  # the open speculative turn's pause was judged (at the judge silence)
-        self._verdict: float | None = None  # the words' verdict on it, kept until it is judged
+        self._verdict: float | None = None  # the words' verdict on it (the LLM's)
+        self._sentence_end: float | None = None  # ... and the STT's on their sentence end
         self._heard_done = False  # turn=fused: Smart Turn heard the open speculative turn complete
         self._hearing: Aside | None = None  # Smart Turn hearing the open pause, in the background
         self._words_done: int | None = None  # turn=fused: the words said done, the audio not: this silence ends it
@@ -246,7 +206,7 @@ class SileroVAD(Stage):
                 yield TurnDiscarded(self._turn)
                 self._turn += 1
                 self._speculated, self._judged, self._verdict, self._words_done = False, False, None, None
-                self._hearing, self._early = None, False  # a verdict still coming is on a pause that is over
+                self._hearing, self._early, self._sentence_end = None, False, None  # verdicts still coming are void
         length = FRAME * len(self._speech)
         voiced = length - self._silence
         if not self._started_sent and voiced >= self.min_speech:
@@ -288,7 +248,7 @@ class SileroVAD(Stage):
             self._end_turn()
             return
         if self._verdict is not None:
-            yield from self._decide(self._verdict, self._now())
+            yield from self._decide(self._now())
 
     def _heard(self) -> bool:
         """Smart Turn's verdict on the open pause: heard in the background at the hear silence (ready by now as a
@@ -297,24 +257,29 @@ class SileroVAD(Stage):
         return bool(hearing.result()) if hearing is not None else self.detector(np.concatenate(self._speech))
 
     def steer(self, message: Control) -> Iterator[Message]:
-        """``turn=words``/``fused``: the LLM's verdict on the open speculative turn; a likely end ends it now, or
-        at the judge silence if it came sooner.
+        """``turn=words``/``fused``: the LLM's verdict on the open speculative turn's words (:class:`TurnVerdict`)
+        or the STT's on their sentence end (:class:`SentenceEnd`, which weighs it); a likely end ends the turn now,
+        or at the judge silence if it came sooner.
 
         A verdict for a turn that is no longer open and silent (the user went on, or it ended) is ignored; an
         attempt begun on quiet is silent before Silero hears it so.
         """
-        assert isinstance(message, TurnVerdict)
+        assert isinstance(message, (TurnVerdict, SentenceEnd))
         if not (self._speculated and self._triggered and message.turn == self._turn
                 and (self._silence > 0 or self._early)):
             return
-        if not self._judged:
+        if isinstance(message, SentenceEnd):
+            self._sentence_end = message.probability
+        else:
             self._verdict = message.complete_probability
-            return
-        yield from self._decide(message.complete_probability, self._position / RATE)
+        if self._judged and self._verdict is not None:
+            yield from self._decide(self._position / RATE)
 
-    def _decide(self, probability: float, at: float) -> Iterator[Message]:
+    def _decide(self, at: float) -> Iterator[Message]:
         settings = self._turn_settings
+        probability = turn_detection.words_probability(self._verdict, self._sentence_end)
         done = probability >= (settings.words_threshold if self._fused else settings.threshold)
+        self._words_done = None  # decided afresh: the STT's verdict after the words' may take back their wait
         if done and self._fused and not self._heard_done:  # the words say done, the audio does not
             if settings.words_done_ms is None:  # both must say done
                 return
@@ -378,7 +343,7 @@ class SileroVAD(Stage):
             self._turn += 1
         self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
         self._judged, self._verdict, self._words_done, self._hearing = False, None, None, None
-        self._early, self._triggered = False, continues
+        self._early, self._triggered, self._sentence_end = False, continues, None
         self._segment_start = self._position + FRAME
         self._ring.clear()
 
