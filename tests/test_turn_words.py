@@ -298,6 +298,32 @@ def test_the_runner_hands_the_llm_verdict_back_to_the_vad_which_ends_the_turn(sm
     assert {m.turn for _, m in sink.received} == {0}  # and the held reply went out
 
 
+@pytest.mark.slow
+def test_turn_sentence_end_has_the_stt_send_whisper_s_verdict_back_to_the_vad_beside_the_llm_s(smollm2):
+    """turn.sentence_end=true in a real graph: the packaged Whisper makes a SentenceEnd after the speculative
+    transcript, the runner hands it back to the VAD (as the LLM's TurnVerdict), and the turn ends on both."""
+    from s2s.bench.real_speech import recordings
+    from s2s.stt.faster_whisper import FasterWhisperSTT
+
+    speech = recordings()[11].samples  # "He turned sharply and faced Gregson across the table." (a real reader)
+    clip = np.concatenate([audio.silence(0.5, 16000), speech, audio.silence(2.0, 16000)])
+    vad, stt, sink, seen = SileroVAD(turn={**WORDS, "sentence_end": True}), FasterWhisperSTT(window_s=10), \
+        Collector(), Seen()
+    smollm2.reset()
+    graph = Graph([("source", Clip(clip)), ("vad", vad), ("stt", stt), ("llm", smollm2), ("tts", Voice()),
+                   ("sink", sink)], seen)
+    assert SentenceEnd in stt.wanted and vad.takes == (TurnVerdict, SentenceEnd)
+    vad.setup()
+    stt.setup()
+    assert graph.run().status == "completed"
+    [confirmed] = [m for stage, m in seen.outputs if isinstance(m, TurnConfirmed) and stage == "vad"]
+    heard = [m for stage, m in seen.outputs if isinstance(m, SentenceEnd) and m.turn == confirmed.turn]
+    said = [m for stage, m in seen.outputs if isinstance(m, Transcript) and m.turn == confirmed.turn]
+    assert len(heard) == 1 and heard[0].probability >= 0.5, (heard, said)  # a whole sentence, heard ending
+    [segment] = [m for _, m in seen.outputs if isinstance(m, SpeechSegment) and m.turn == confirmed.turn]
+    assert confirmed.at_s - segment.speech_end_s < 1.0 and {m.turn for _, m in sink.received} == {confirmed.turn}
+
+
 def test_a_server_session_hands_the_verdict_to_its_vad_under_the_vad_s_own_turn_number(question):
     from s2s.server.stages import SessionVAD, TurnCounter
 
