@@ -61,6 +61,12 @@ def bare_words(text: str) -> str:
     return _CLOSING.sub("", text.strip())
 
 
+def closes_sentence(piece: str) -> bool:
+    """A token's text (spacing stripped) that ends a sentence after a word: it starts with "." "?" or "!", and is
+    not an ellipsis. The LLM's words score and the STT's sentence end sum the probabilities of these tokens."""
+    return piece[:1] in (".", "?", "!") and not piece.startswith("..")
+
+
 def normalise(sentence: str) -> str:
     """Lower case, punctuation and spacing dropped: how two sentences are compared for repetition."""
     return re.sub(r"[\W_]+", " ", sentence.lower()).strip()

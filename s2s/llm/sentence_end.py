@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from s2s.text import closes_sentence
+
 
 def sentence_end_ids(tokenizer: Any, end_of_turn: Iterable[int]) -> list[int]:
     """Ids of the tokens that end a sentence after a word: those that start with "." "?" or "!" (not an ellipsis;
@@ -16,6 +18,6 @@ def sentence_end_ids(tokenizer: Any, end_of_turn: Iterable[int]) -> list[int]:
     ends = set(end_of_turn)
     for index, token in enumerate(tokenizer.tokens(list(range(size)))):
         text = (token or "").replace("\u0120", " ").replace("\u010a", "\n").strip()
-        if text[:1] in (".", "?", "!") and not text.startswith(".."):
+        if closes_sentence(text):
             ends.add(index)
     return sorted(ends)

@@ -134,6 +134,8 @@ class FasterWhisperSTT(STTStage):
         self.at_pause = at_pause
         self.cache_dir = cache_dir
         self._model: Any = None
+        self._heard: tuple[int, Any] | None = None  # the last window encoded: its samples' length, its encoding
+        self._closers: list[int] | None = None  # the text tokens that close a sentence (sentence_end), once
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
@@ -249,7 +251,7 @@ class FasterWhisperSTT(STTStage):
         from s2s.text import bare_words
 
         with self._one_at_a_time():
-            length, encoded = getattr(self, "_heard", (None, None))
+            length, encoded = self._heard or (None, None)
             words = bare_words(text)
             if length != len(samples) or not words or self._model.model.is_multilingual and self.language is None:
                 return None
@@ -272,14 +274,15 @@ class FasterWhisperSTT(STTStage):
 
     def _closing(self, tokenizer: Any) -> list[int]:
         """The ids of the text tokens that close a sentence after a word, once per model."""
-        if getattr(self, "_closers", None) is None:
+        from s2s.text import closes_sentence
+
+        if self._closers is None:
             texts = tokenizer.tokenizer.decode_batch([[index] for index in range(tokenizer.eot)])
-            self._closers = [index for index, piece in enumerate(texts)
-                             if piece.strip()[:1] in (".", "?", "!") and not piece.strip().startswith("..")]
+            self._closers = [index for index, piece in enumerate(texts) if closes_sentence(piece.strip())]
         return self._closers
 
     def close(self) -> None:
-        self._model = None
+        self._model, self._heard = None, None
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model_name, "device": self.device}
