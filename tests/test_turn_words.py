@@ -13,6 +13,7 @@ from conftest import compose_config, trimmed
 from graph_stages import Collector, Voice
 from s2s import audio
 from s2s.graph import Graph, NullObserver
+from s2s.platform import PLATFORMS
 from s2s.llm.ctranslate2_lm import CTranslate2LM
 from s2s.messages import (AudioChunk, Data, Message, ReplyText, SentenceEnd, SpeechSegment, Transcript,
                           TurnConfirmed, TurnDiscarded, TurnVerdict)
@@ -158,6 +159,16 @@ def test_the_stts_sentence_end_weighs_the_words_verdict(question, words, heard, 
     segment, confirmed = ended(run_vad(question, words, vad=vad, heard=heard, heard_late_s=heard_late_s))
     assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.07)
     assert turn_detection.words_probability(0.3, None) == 0.3 and turn_detection.words_probability(0.6, 0.5) == 0.6
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("turn", ["fused", "words"])
+def test_turn_sentence_end_composes_and_validates_on_every_platform(turn, platform, tmp_path):
+    from s2s.config import validate
+
+    cfg = compose_config([f"turn={turn}", "turn.sentence_end=true", f"platform={platform}"], tmp_path)
+    validate(cfg)
+    assert cfg.turn.sentence_end is True and compose_config([], tmp_path).turn.sentence_end is False
 
 
 def test_a_words_done_wait_is_taken_back_when_the_stt_hears_the_speech_trail_off(question):

@@ -196,8 +196,7 @@ def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str,
                     ended.append((message.speech_end_s, message.closed_s))
                 elif hearing is not None:
                     verdicts, seconds = hearing.verdict(message)
-                    due += [(message.closed_s + seconds, verdict) for verdict in verdicts
-                            if isinstance(verdict, vad.takes)]  # turn.sentence_end=false takes the words' alone
+                    due += [(message.closed_s + seconds, verdict) for verdict in verdicts]
             elif isinstance(message, TurnConfirmed):
                 ended.append((segments[message.turn].speech_end_s, message.at_s))
     seconds = time.perf_counter() - started
