@@ -124,7 +124,10 @@ def spoken(stt, espeak, tmp_path_factory):
 
 def test_committed_words_begin_the_final_transcript(spoken):
     assert all(final.startswith(committed) for final, committed, *_ in spoken)
-    assert sum(bool(committed) for _, committed, *_ in spoken) >= len(spoken) - 1  # passes committed words
+    # passes committed words: always in the longest sentence. In the short ones it depends on the CPU, since a word
+    # is committed only when three passes over the partial audio write it alike: 3-4 of 4 sentences on an Intel Xeon
+    # and an AVX-512 EPYC, 1-2 on an AVX2 EPYC ("how many?", then "how many minutes", then "Oh man, he made it.")
+    assert len(spoken[-1][1].split()) >= 2, spoken[-1][:2]
 
 
 def test_the_final_decode_starts_after_the_committed_words(spoken):
