@@ -3,7 +3,7 @@
 Whisper's output flips on small differences (the CPU's instruction set, int8 or float32, the resampler, the encoder
 window): one word of one clip is never asserted. The set is scored as a whole, with a margin under what every variant
 measured here reached (python -m s2s.bench recognition, under CT2_FORCE_CPU_ISA=AVX and GENERIC, int8 and float32,
-windows of 10, 15 and 30 s, greedy and beam 5: 92-95% of the set's words heard).
+windows of 10, 15 and 30 s, greedy, beam 5 and greedy first (stt.beam_below): 92-95% of the set's words heard).
 """
 from __future__ import annotations
 
@@ -105,3 +105,31 @@ def test_short_window_hears_as_much_as_the_full_one(grid, default_heard):
 def test_silence_gives_no_words_and_ends_the_turn():
     out = list(default_stt().process(SpeechSegment(audio.silence(1.5, 16000), 16000, 3, 0.0, 1.5)))
     assert out == [TurnEnd(3)]
+
+
+class CountedDecodes:
+    """CTranslate2's Whisper model, every ``generate`` call's beam size noted (the library does the work)."""
+
+    def __init__(self, model):
+        self.model, self.beams = model, []
+
+    def generate(self, *args, **kwargs):
+        self.beams.append(kwargs["beam_size"])
+        return self.model.generate(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+@pytest.mark.parametrize(("beam_below", "beams"), [(None, [5]), (-10.0, [1]), (0.0, [1, 5])])
+def test_greedy_first_decodes_again_with_beams_only_below_its_confidence(beam_below, beams):
+    """stt.beam_below: one greedy decode where it is sure enough (no log-probability is under -10), a second with
+    beam_size beams where it is not (every average is under 0), and beams alone without it."""
+    from s2s.resolvers import sample
+
+    stage = default_stt(beam_below=beam_below)
+    spy = stage._model.model = CountedDecodes(stage._model.model)
+    question = audio.read_audio(sample("question.wav"), 16000)
+    [out] = list(stage.process(SpeechSegment(question, 16000, 0, 0.0, 2.0)))
+    assert spy.beams == beams
+    assert set(words("What is the capital of France?")) <= set(words(out.text)), out.text
