@@ -123,7 +123,7 @@ class CountedDecodes:
 
 @pytest.mark.parametrize(("beam_below", "beams"), [(None, [5]), (-10.0, [1]), (0.0, [1, 5])])
 def test_greedy_first_decodes_again_with_beams_only_below_its_confidence(beam_below, beams):
-    """stt.beam_below: one greedy decode where it is sure enough (no log-probability is under -10), a second with
+    """stt.beam_below: one greedy decode where it is sure enough (no average log-probability is under -10), a second with
     beam_size beams where it is not (every average is under 0), and beams alone without it."""
     from s2s.resolvers import sample
 

@@ -229,12 +229,12 @@ class FasterWhisperSTT(STTStage):
         # sorry, I'm sorry, ..." for 10 s): speech never holds more than TOKENS_PER_S tokens (text and timestamps)
         # a second
         longest = min(model.max_length, len(prompt) + 16 + int(TOKENS_PER_S * len(samples) / RATE))
+        suppressed = get_suppressed_tokens(tokenizer, [-1])
 
         def decode(beams: int) -> tuple[Any, list[int], str, float, bool]:
             [result] = model.model.generate(encoded, [prompt], beam_size=beams, max_length=longest,
-                                            suppress_blank=True, return_scores=True, return_no_speech_prob=True,
-                                            suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
-                                            max_initial_timestamp_index=FIRST_TIMESTAMP)
+                                            suppress_blank=True, suppress_tokens=suppressed, return_scores=True,
+                                            return_no_speech_prob=True, max_initial_timestamp_index=FIRST_TIMESTAMP)
             tokens = result.sequences_ids[0]
             text = tokenizer.decode(tokens).strip()  # decode drops the timestamp tokens
             # a loop: text that repeats itself, or a decode the bound cut off (a finished one ends on a timestamp)
