@@ -85,7 +85,7 @@ class Utterance:
         pass cheaper, while partial transcripts only show words and must leave the stage to the turns."""
         factor = next(factor for bound, factor in GROWTH if length / rate < bound)
         interval = max(min(every_s * factor, max(every_s, LONGEST_S)), cost * self.cost_s)
-        return length - max(self.heard, 0) >= interval * rate
+        return length - max(self.heard, self.unsure, 0) >= interval * rate  # an unsure pass waits as a sure one
 
     def holds(self, key: float, samples: np.ndarray) -> bool:
         """``samples`` (from the utterance's start) are this utterance: the same start and the same first samples
