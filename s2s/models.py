@@ -101,7 +101,8 @@ def ctranslate2_threads(threads: int | None, device: str, folder: str | Path) ->
     A small model's matrices are too small to share among threads: on two cores Whisper tiny.en's beam-5 decode
     of a 6 s sentence took 0.17 s on one thread against 0.26 s on two (the encoder the same), SmolLM2-135M int8
     gave its first 5 words in 0.10 s against 0.16 s, and the whole pipeline answered 12 real recordings with a
-    median voice-to-voice 0.79x as long (python -m s2s.bench latency, interleaved). ``folder``'s ``model.bin``
+    median voice-to-voice 0.79x as long (python -m s2s.bench latency, interleaved; 0.80x on an AVX2 EPYC, where two
+    threads had looked faster for the STT alone). ``folder``'s ``model.bin``
     decides; a folder without one counts as large.
     """
     if threads:
