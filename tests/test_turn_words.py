@@ -147,6 +147,36 @@ def test_fused_ends_at_once_when_both_say_done_and_waits_longest_for_unfinished_
     assert len(heard.heard) == 1 and vad.takes == (TurnVerdict,)
 
 
+class HeardSure(Heard):
+    """Smart Turn's stand-in with its probability, as the real one keeps it (``last_probability``)."""
+
+    def __init__(self, probability: float) -> None:
+        super().__init__(probability >= 0.5)
+        self.probability, self.last_probability = probability, None
+
+    def __call__(self, samples: np.ndarray) -> bool:
+        self.last_probability = self.probability
+        return super().__call__(samples)
+
+
+@pytest.mark.parametrize("heard,words,sure_threshold,after_s", [
+    (0.97, 0.1, 0.95, JUDGE_S),  # Smart Turn sure, the words over sure_words_threshold (0.08): done at once
+    (0.97, 0.05, 0.95, 1.5),  # ... the words under it: the long wait
+    (0.9, 0.1, 0.95, 1.5),  # Smart Turn done, not sure: the words' own threshold (0.25)
+    (0.97, 0.1, None, 1.5),  # sure_threshold null: the words' own threshold always
+])
+def test_where_smart_turn_is_sure_the_words_need_less_to_count_as_done(question, heard, words, sure_threshold,
+                                                                        after_s):
+    """turn.sure_threshold: long finished statements the words' model thinks could go on ("... on the left": " side"
+    may follow) end at the judge silence when Smart Turn is sure they are done."""
+    vad = SileroVAD(turn={"_target_": "s2s.vad.turn_detection.FusedSettings", "threshold": 0.5,
+                          "words_threshold": 0.25, "max_silence_ms": 1500, "sure_threshold": sure_threshold,
+                          "sure_words_threshold": 0.08})
+    vad.detector = HeardSure(heard)
+    segment, confirmed = ended(run_vad(question, words, vad=vad))
+    assert confirmed.at_s - segment.speech_end_s == pytest.approx(after_s, abs=0.07)
+
+
 @pytest.mark.parametrize("words,heard,heard_late_s,after_s", [
     (0.07, 0.9, 0.0, 0.2),  # the words under the threshold (0.1), the STT sure they end a sentence: done
     (0.07, 0.3, 0.0, 1.5),  # ... and the STT not sure: the long wait

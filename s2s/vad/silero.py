@@ -146,6 +146,7 @@ class SileroVAD(Stage):
         self._verdict: float | None = None  # the words' verdict on it (the LLM's)
         self._sentence_end: float | None = None  # ... and the STT's on their sentence end
         self._heard_done = False  # turn=fused: Smart Turn heard the open speculative turn complete
+        self._heard_sure = False  # ... with at least turn.sure_threshold
         self._hearing: Aside | None = None  # Smart Turn hearing the open pause, in the background
         self._words_done: int | None = None  # turn=fused: the words said done, the audio not: this silence ends it
         self._position = 0  # samples consumed so far
@@ -254,7 +255,11 @@ class SileroVAD(Stage):
         """Smart Turn's verdict on the open pause: heard in the background at the hear silence (ready by now as a
         rule; it is waited for if not), or now when nothing heard it (a detector set after the pause began)."""
         hearing, self._hearing = self._hearing, None
-        return bool(hearing.result()) if hearing is not None else self.detector(np.concatenate(self._speech))
+        done = bool(hearing.result()) if hearing is not None else self.detector(np.concatenate(self._speech))
+        sure = getattr(self._turn_settings, "sure_threshold", None)  # turn=fused: its probability counts too
+        heard = getattr(self.detector, "last_probability", None)
+        self._heard_sure = done and sure is not None and heard is not None and heard >= sure
+        return done
 
     def steer(self, message: Control) -> Iterator[Message]:
         """``turn=words``/``fused``: the LLM's verdict on the open speculative turn's words (:class:`TurnVerdict`)
@@ -278,7 +283,9 @@ class SileroVAD(Stage):
     def _decide(self, at: float) -> Iterator[Message]:
         settings = self._turn_settings
         probability = turn_detection.words_probability(self._verdict, self._sentence_end)
-        done = probability >= (settings.words_threshold if self._fused else settings.threshold)
+        bar = (settings.sure_words_threshold if self._heard_sure else settings.words_threshold) if self._fused \
+            else settings.threshold
+        done = probability >= bar
         self._words_done = None  # decided afresh: the STT's verdict after the words' may take back their wait
         if done and self._fused and not self._heard_done:  # the words say done, the audio does not
             if settings.words_done_ms is None:  # both must say done

@@ -123,7 +123,8 @@ class WordsSettings:
 class FusedSettings:
     """``turn=fused``: Smart Turn hears the audio, the LLM reads the words; from the judge silence the turn
     ends at once when both say done, after ``words_done_ms`` of silence when only the words do, and otherwise
-    (the words unfinished, or no verdict) after ``max_silence_ms``.
+    (the words unfinished, or no verdict) after ``max_silence_ms``. Where Smart Turn is sure (``sure_threshold``),
+    the words count as done from ``sure_words_threshold``.
 
     Args:
         threshold: Smart Turn's completion probability that counts as done.
@@ -136,6 +137,10 @@ class FusedSettings:
             ``judge_silence_ms`` hears at its own).
         sentence_end: weigh the words' probability with the STT's that they end a sentence (see
             :class:`WordsSettings`).
+        sure_threshold: Smart Turn's probability at or above which the words need only ``sure_words_threshold``
+            (long finished statements the words' model thinks could go on: "... behind the curtain on the left"
+            0.09, where " side" may follow); null: ``words_threshold`` always.
+        sure_words_threshold: the words' probability that counts as done where Smart Turn is sure.
     """
 
     def __init__(self, threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.5,
@@ -143,7 +148,10 @@ class FusedSettings:
                  max_silence_ms: Annotated[int, Range(300, 10000)] = 1400,
                  words_done_ms: Annotated[int, Range(100, 10000)] | None = 600,
                  judge_silence_ms: PauseSilence = JUDGE_SILENCE_MS,
-                 hear_silence_ms: PauseSilence = HEAR_SILENCE_MS, sentence_end: bool = False) -> None:
+                 hear_silence_ms: PauseSilence = HEAR_SILENCE_MS, sentence_end: bool = False,
+                 sure_threshold: Annotated[float, Range(0, 1, exclusive=True)] | None = 0.95,
+                 sure_words_threshold: Annotated[float, Range(0, 1, exclusive=True)] = 0.08) -> None:
+        self.sure_threshold, self.sure_words_threshold = sure_threshold, sure_words_threshold
         self.threshold, self.words_threshold, self.max_silence_ms = threshold, words_threshold, max_silence_ms
         self.words_done_ms, self.judge_silence_ms, self.hear_silence_ms = words_done_ms, judge_silence_ms, \
             hear_silence_ms
