@@ -201,6 +201,18 @@ def test_turn_sentence_end_composes_and_validates_on_every_platform(turn, platfo
     assert cfg.turn.sentence_end is True and compose_config([], tmp_path).turn.sentence_end is False
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("sure", ["null", "0.9"])
+def test_turn_sure_threshold_composes_and_validates_on_every_platform(sure, platform, tmp_path):
+    from s2s.config import validate
+
+    cfg = compose_config([f"turn.sure_threshold={sure}", "turn.sure_words_threshold=0.1", f"platform={platform}"],
+                         tmp_path)
+    validate(cfg)
+    assert cfg.turn.sure_threshold == (None if sure == "null" else 0.9) and cfg.turn.sure_words_threshold == 0.1
+    assert compose_config([], tmp_path).turn.sure_threshold == 0.95  # the default, turn=fused
+
+
 def test_a_words_done_wait_is_taken_back_when_the_stt_hears_the_speech_trail_off(question):
     """turn=fused, the audio not done: the words' done sets the shorter wait (words_done_ms), which the STT's
     verdict coming after it cancels."""

@@ -256,8 +256,8 @@ class SileroVAD(Stage):
         rule; it is waited for if not), or now when nothing heard it (a detector set after the pause began)."""
         hearing, self._hearing = self._hearing, None
         done = bool(hearing.result()) if hearing is not None else self.detector(np.concatenate(self._speech))
-        sure = getattr(self._turn_settings, "sure_threshold", None)  # turn=fused: its probability counts too
-        heard = getattr(self.detector, "last_probability", None)
+        sure = self._turn_settings.sure_threshold if self._fused else None  # turn=fused: its probability counts too
+        heard = getattr(self.detector, "last_probability", None)  # Smart Turn keeps it; a stand-in may not
         self._heard_sure = done and sure is not None and heard is not None and heard >= sure
         return done
 
