@@ -24,7 +24,9 @@ from s2s.stt.incremental import HELD_BACK, Utterance
 
 SENTENCES = [("Please tell me a story about a dragon.", 150), ("How many minutes are in an hour?", 130),
              ("Turn on the kitchen lights and close the door.", 170),
-             ("The quick brown fox jumps over the lazy dog and then runs all the way back home.", 150)]
+             ("The quick brown fox jumps over the lazy dog and then runs all the way back home.", 150),
+             ("I would like to book a table for four people at seven o'clock tonight, please.", 150),
+             ("Can you remind me to call my mother when I get home from work tomorrow?", 160)]
 
 
 # ---------------------------------------------------------------------------------------------- the agreement
@@ -153,8 +155,10 @@ def test_committed_words_begin_the_final_transcript(spoken):
     assert all(final.startswith(committed) for final, committed, *_ in spoken)
     # passes committed words. In which sentences depends on the CPU, since a word is committed only when three
     # passes over the partial audio write it alike ("how many?", then "how many minutes", then "Oh man, he made it."):
-    # on an AVX2 EPYC, 8 words in 2 of the 4 (en-us), 5 in 2 (en-gb and en-us+m3, not in this test)
-    assert sum(len(committed.split()) for _, committed, *_ in spoken) >= 3, [s[:2] for s in spoken]
+    # on an AVX2 EPYC one session measured 8 words in 2 of the first 4 sentences, the next 2 words in 1 of them;
+    # the two longer sentences after them give the passes room: 25 words in 3 of the 6 there, 29 and 28 under
+    # CT2_FORCE_CPU_ISA=AVX and GENERIC
+    assert sum(len(committed.split()) for _, committed, *_ in spoken) >= 10, [s[:2] for s in spoken]
 
 
 def test_the_final_decode_starts_after_the_committed_words(spoken):
