@@ -11,7 +11,7 @@ import pytest
 
 from conftest import trimmed
 from s2s import audio
-from s2s.messages import AudioChunk
+from s2s.messages import AudioChunk, Metric
 from s2s.vad import turn_detection
 from s2s.vad.silero import SileroVAD
 
@@ -53,7 +53,15 @@ def messages(vad: SileroVAD, samples: np.ndarray) -> list:
     vad.quiet_below = None  # the judging is timed on Silero's silence; the quiet start: tests/test_real_speech.py
     vad.setup()
     out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
-    return out + list(vad.flush())
+    return [m for m in out + list(vad.flush()) if not isinstance(m, Metric)]  # the turn's events; reports: below
+
+
+def reports(vad: SileroVAD, samples: np.ndarray) -> list:
+    """The figures the VAD reported to the runner (``Metric``) over ``samples``."""
+    vad.quiet_below = None
+    vad.setup()
+    out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
+    return [m for m in out + list(vad.flush()) if isinstance(m, Metric)]
 
 
 def kinds(out: list) -> list[tuple[str, int]]:
@@ -71,6 +79,25 @@ def test_a_turn_judged_complete_ends_at_the_short_silence(question):
     assert confirmed.at_s - segment.speech_end_s == pytest.approx(0.2, abs=0.07)  # not min_silence_ms (0.6)
     # it judged the whole utterance so far: the speech, the leading pad and the short silence
     assert detector.heard == [pytest.approx(len(question) / 16000 + 0.3, abs=0.15)]
+
+
+class Slow(StandIn):
+    """A detector whose call takes 0.05 s."""
+
+    def __call__(self, samples: np.ndarray) -> bool:
+        threading.Event().wait(0.05)
+        return super().__call__(samples)
+
+
+@pytest.mark.parametrize("hear_silence_ms", [200, 400])  # heard beside the VAD, and at the judge silence itself
+def test_the_vad_reports_how_long_smart_turn_took_to_hear_each_judged_pause(question, hear_silence_ms):
+    """smart_turn_s: the call's wall time, which on busy cores is what the turn's other work lost to it (the latency
+    bench prints it beside the chain)."""
+    samples = np.concatenate([audio.silence(0.5, 16000), question, audio.silence(1.5, 16000)])
+    vad = SileroVAD(turn={**SMART, "judge_silence_ms": 400, "hear_silence_ms": hear_silence_ms})
+    vad.detector = Slow(True)
+    [metric] = reports(vad, samples)
+    assert (metric.turn, metric.name) == (0, "smart_turn_s") and 0.05 <= metric.value < 1.0
 
 
 def test_smart_turn_hears_the_pause_beside_the_vad_at_its_silence_and_ends_the_turn_at_the_judge_silence(question):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
@@ -11,7 +12,7 @@ import numpy as np
 from s2s import audio
 from s2s.aside import Aside
 from s2s.config_errors import ConfigErrors, Range, ValidationContext
-from s2s.messages import (AudioChunk, Control, Data, Message, SpeechSegment, SpeechSoFar, SpeechStarted,
+from s2s.messages import (AudioChunk, Control, Data, Message, Metric, SpeechSegment, SpeechSoFar, SpeechStarted,
                           SentenceEnd, TurnConfirmed, TurnDiscarded, TurnVerdict)
 from s2s.stage import Stage, require
 from s2s.vad import turn_detection
@@ -147,6 +148,7 @@ class SileroVAD(Stage):
         self._sentence_end: float | None = None  # ... and the STT's on their sentence end
         self._heard_done = False  # turn=fused: Smart Turn heard the open speculative turn complete
         self._heard_sure = False  # ... with at least turn.sure_threshold
+        self._heard_s = 0.0  # ... and how long its call took
         self._hearing: Aside | None = None  # Smart Turn hearing the open pause, in the background
         self._words_done: int | None = None  # turn=fused: the words said done, the audio not: this silence ends it
         self._position = 0  # samples consumed so far
@@ -242,9 +244,12 @@ class SileroVAD(Stage):
         """The open speculative turn's pause reached the judge silence: Smart Turn hears it now, and the words'
         verdict, if it came before, is applied now."""
         self._judged = True
+        heard = None if self.detector is None else self._heard()
+        if heard is not None:  # the call's wall time, beside the turn's other work
+            yield Metric(self._turn, "smart_turn_s", self._heard_s)
         if self._fused:  # the words' verdict decides with it (``steer``); no Smart Turn: the words alone
-            self._heard_done = self.detector is None or self._heard()
-        elif self.detector is not None and self._heard():
+            self._heard_done = heard is None or heard
+        elif heard:
             yield TurnConfirmed(self._turn, self._now())  # the model heard a complete turn: end it now
             self._end_turn()
             return
@@ -255,7 +260,9 @@ class SileroVAD(Stage):
         """Smart Turn's verdict on the open pause: heard in the background at the hear silence (ready by now as a
         rule; it is waited for if not), or now when nothing heard it (a detector set after the pause began)."""
         hearing, self._hearing = self._hearing, None
+        start = time.perf_counter()
         done = bool(hearing.result()) if hearing is not None else self.detector(np.concatenate(self._speech))
+        self._heard_s = (hearing.seconds or 0.0) if hearing is not None else time.perf_counter() - start
         sure = self._turn_settings.sure_threshold if self._fused else None  # turn=fused: its probability counts too
         heard = getattr(self.detector, "last_probability", None)  # Smart Turn keeps it; a stand-in may not
         self._heard_sure = done and sure is not None and heard is not None and heard >= sure
