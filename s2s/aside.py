@@ -8,15 +8,15 @@ from typing import Any
 
 class Aside(threading.Thread):
     """``call(*args)`` in a daemon thread of its own, started at once; :meth:`result` waits for it and returns
-    it (or raises its error). ``seconds`` is the call's wall time once it is over (beside other work, on busy
-    cores, it may be several times the call's time alone)."""
+    it (or raises its error). ``seconds`` is then the call's wall time (beside other work, on busy cores, it may
+    be several times the call's time alone)."""
 
     def __init__(self, call: Any, *args: Any, name: str = "s2s-aside") -> None:
         super().__init__(name=name, daemon=True)
         self._call, self._args = call, args
         self._value: Any = None
         self._error: BaseException | None = None
-        self.seconds: float | None = None
+        self.seconds = 0.0
         self.start()
 
     def run(self) -> None:

@@ -49,19 +49,16 @@ def paused(espeak, tmp_path_factory):
                            audio.silence(1.5, 16000)])
 
 
-def messages(vad: SileroVAD, samples: np.ndarray) -> list:
+def outputs(vad: SileroVAD, samples: np.ndarray) -> list:
     vad.quiet_below = None  # the judging is timed on Silero's silence; the quiet start: tests/test_real_speech.py
     vad.setup()
     out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
-    return [m for m in out + list(vad.flush()) if not isinstance(m, Metric)]  # the turn's events; reports: below
+    return out + list(vad.flush())
 
 
-def reports(vad: SileroVAD, samples: np.ndarray) -> list:
-    """The figures the VAD reported to the runner (``Metric``) over ``samples``."""
-    vad.quiet_below = None
-    vad.setup()
-    out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
-    return [m for m in out + list(vad.flush()) if isinstance(m, Metric)]
+def messages(vad: SileroVAD, samples: np.ndarray) -> list:
+    """The turn's events over ``samples``, without the figures the VAD reports to the runner (``Metric``)."""
+    return [m for m in outputs(vad, samples) if not isinstance(m, Metric)]
 
 
 def kinds(out: list) -> list[tuple[str, int]]:
@@ -96,7 +93,7 @@ def test_the_vad_reports_how_long_smart_turn_took_to_hear_each_judged_pause(ques
     samples = np.concatenate([audio.silence(0.5, 16000), question, audio.silence(1.5, 16000)])
     vad = SileroVAD(turn={**SMART, "judge_silence_ms": 400, "hear_silence_ms": hear_silence_ms})
     vad.detector = Slow(True)
-    [metric] = reports(vad, samples)
+    [metric] = [m for m in outputs(vad, samples) if isinstance(m, Metric)]
     assert (metric.turn, metric.name) == (0, "smart_turn_s") and 0.05 <= metric.value < 1.0
 
 

@@ -326,10 +326,6 @@ class Hearing(Stage):
         yield Transcript("What is the capital of France?", message.turn, "en", speculative=message.speculative)
 
 
-def stage_of(seen: "Seen", message: Message) -> str:
-    return next(stage for stage, m in seen.outputs if m is message)
-
-
 class Seen(NullObserver):
     def __init__(self) -> None:
         self.outputs: list[tuple[str, Message]] = []
@@ -353,8 +349,9 @@ def test_the_runner_hands_the_llm_verdict_back_to_the_vad_which_ends_the_turn(sm
     [verdict] = [m for stage, m in seen.outputs if isinstance(m, TurnVerdict) and stage == "llm"]
     assert verdict.turn == 0 and verdict.complete_probability >= WORDS["threshold"]
     # ... and says how long the scoring took beside the reply (the latency bench prints it)
-    [took] = [m for stage, m in seen.outputs if isinstance(m, Metric) and m.name == "words_scoring_s"]
-    assert stage_of(seen, took) == "llm" and took.turn == 0 and 0 < took.value < 10
+    [took] = [m for stage, m in seen.outputs if isinstance(m, Metric) and m.name == "words_scoring_s"
+              and stage == "llm"]
+    assert took.turn == 0 and 0 < took.value < 10
     [segment] = [m for _, m in seen.outputs if isinstance(m, SpeechSegment)]
     [confirmed] = [m for stage, m in seen.outputs if isinstance(m, TurnConfirmed) and stage == "vad"]
     assert confirmed.at_s - segment.speech_end_s < 1.0  # the verdict ended it, not max_silence_ms (1.5 s)

@@ -334,6 +334,6 @@ def _verdict_first(outputs: Iterator[Message], scoring: Aside | None, turn: int)
 
 def _verdict(scoring: Aside, turn: int) -> Iterator[Message]:
     probability = scoring.result()
-    yield Metric(turn, "words_scoring_s", scoring.seconds or 0.0)  # its wall time, beside the reply's first tokens
+    yield Metric(turn, "words_scoring_s", scoring.seconds)  # its wall time, beside the reply's first tokens
     if probability is not None:
         yield TurnVerdict(turn, probability)

@@ -148,7 +148,6 @@ class SileroVAD(Stage):
         self._sentence_end: float | None = None  # ... and the STT's on their sentence end
         self._heard_done = False  # turn=fused: Smart Turn heard the open speculative turn complete
         self._heard_sure = False  # ... with at least turn.sure_threshold
-        self._heard_s = 0.0  # ... and how long its call took
         self._hearing: Aside | None = None  # Smart Turn hearing the open pause, in the background
         self._words_done: int | None = None  # turn=fused: the words said done, the audio not: this silence ends it
         self._position = 0  # samples consumed so far
@@ -244,9 +243,10 @@ class SileroVAD(Stage):
         """The open speculative turn's pause reached the judge silence: Smart Turn hears it now, and the words'
         verdict, if it came before, is applied now."""
         self._judged = True
-        heard = None if self.detector is None else self._heard()
-        if heard is not None:  # the call's wall time, beside the turn's other work
-            yield Metric(self._turn, "smart_turn_s", self._heard_s)
+        heard = None
+        if self.detector is not None:
+            heard, seconds = self._heard()
+            yield Metric(self._turn, "smart_turn_s", seconds)  # the call's wall time, beside the turn's other work
         if self._fused:  # the words' verdict decides with it (``steer``); no Smart Turn: the words alone
             self._heard_done = heard is None or heard
         elif heard:
@@ -256,17 +256,18 @@ class SileroVAD(Stage):
         if self._verdict is not None:
             yield from self._decide(self._now())
 
-    def _heard(self) -> bool:
-        """Smart Turn's verdict on the open pause: heard in the background at the hear silence (ready by now as a
-        rule; it is waited for if not), or now when nothing heard it (a detector set after the pause began)."""
+    def _heard(self) -> tuple[bool, float]:
+        """Smart Turn's verdict on the open pause, and how long its call took: heard in the background at the hear
+        silence (ready by now as a rule; it is waited for if not), or now when nothing heard it (a detector set
+        after the pause began)."""
         hearing, self._hearing = self._hearing, None
         start = time.perf_counter()
         done = bool(hearing.result()) if hearing is not None else self.detector(np.concatenate(self._speech))
-        self._heard_s = (hearing.seconds or 0.0) if hearing is not None else time.perf_counter() - start
+        seconds = hearing.seconds if hearing is not None else time.perf_counter() - start
         sure = self._turn_settings.sure_threshold if self._fused else None  # turn=fused: its probability counts too
         heard = getattr(self.detector, "last_probability", None)  # Smart Turn keeps it; a stand-in may not
         self._heard_sure = done and sure is not None and heard is not None and heard >= sure
-        return done
+        return done, seconds
 
     def steer(self, message: Control) -> Iterator[Message]:
         """``turn=words``/``fused``: the LLM's verdict on the open speculative turn's words (:class:`TurnVerdict`)
