@@ -230,8 +230,9 @@ class LLMStage(Stage):
 
         Each round streams ``messages`` through ``stream``: text pieces go through ``splitter`` and leave as
         ``ReplyText`` (the first non-blank piece also yields the ``llm_first_token_s`` metric), ``ToolCall``s are
-        kept, reasoning (``<think>``) is dropped, and the round's ``Usage`` is counted and yielded as metrics. A round that asked for tools runs them, appends the calls and results to ``messages`` and streams
-        again, at most ``MAX_TOOL_ROUNDS`` times. A repeated sentence or a ``ReplyFailed`` ends the reply; after a
+        kept, reasoning (``<think>``) is dropped, and the round's ``Usage`` is counted and yielded as metrics. A
+        round that asked for tools runs them, appends the calls and results to ``messages`` and streams again, at
+        most ``MAX_TOOL_ROUNDS`` times. A repeated sentence or a ``ReplyFailed`` ends the reply; after a
         failure the unfinished sentence is dropped (and an ``llm_error`` metric says why), otherwise the
         splitter's tail is spoken.
 
