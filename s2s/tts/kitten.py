@@ -160,6 +160,7 @@ class KittenTTS(TTSStage):
         self.speed = speed
         self._session: Any = None
         self._missing: set[str] = set()
+        self._espeak: Espeak | None = None  # the running espeak-ng (setup), stopped at close
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
@@ -258,6 +259,8 @@ class KittenTTS(TTSStage):
 
     def close(self) -> None:
         self._session = None
+        if self._espeak is not None:
+            self._espeak.close()
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model, "voice": self.voice, "device": "cpu"}

@@ -124,6 +124,7 @@ class PiperTTS(TTSStage):
         self.sentence_silence_s = sentence_silence_s
         self._session: Any = None
         self._missing: set[str] = set()
+        self._espeak: Espeak | None = None  # the running espeak-ng (setup), stopped at close
 
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
@@ -213,6 +214,8 @@ class PiperTTS(TTSStage):
 
     def close(self) -> None:
         self._session = None
+        if self._espeak is not None:
+            self._espeak.close()
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model or f"packaged {PACKAGED}", "speaker": self.speaker, "device": "cpu"}
