@@ -120,8 +120,9 @@ class Espeak:
                 try:
                     if self._running is None:
                         self._running = Running(self.command)
-                        self._mark = self._running.ask(f"{MARK}\n\n", "")
-                    answer = self._running.ask(f"{text}{MARK}\n\n", self._mark)
+                        self._mark = self._running.ask(f"{MARK}\n\n", "") or ""
+                    # no answer to the mark: nothing would tell where a chunk's answer ends
+                    answer = self._running.ask(f"{text}{MARK}\n\n", self._mark) if self._mark else None
                     if answer is not None:
                         return _blocks(answer)
                 except OSError:  # it exited or closed its output: the next chunk starts another
@@ -207,7 +208,7 @@ class Running:
             if not chunk:
                 raise OSError("espeak-ng closed its output")
             answer += chunk
-        return answer[:-len(ending)].decode("utf-8", errors="replace") if mark else answer.decode("utf-8").strip()
+        return answer[:-len(ending)].decode("utf-8", errors="replace") if mark else answer.decode("utf-8", errors="replace").strip()
 
     def stop(self) -> None:
         self._finalizer()
