@@ -2,10 +2,10 @@
 
 espeak-ng runs as a program of its own, so neither libespeak-ng nor a GPL Python package (``phonemizer``,
 ``piper-phonemize``) is loaded into the process. One espeak-ng per stage stays running and answers each reply
-chunk's lines as they come (1.5 ms a chunk, where a process per chunk took 12-15 ms before the first audio). The text is cut where espeak
-cuts its clauses, each clause is phonemized with its punctuation kept (as Piper and ``phonemizer`` with
-``preserve_punctuation`` do), and a backend speaks a reply's first clause alone when it is long enough
-(:func:`pieces`), so the first audio comes sooner, then whole sentences.
+chunk's lines as they come (1.5 ms a chunk, where a process per chunk took 12-15 ms before the first audio). The
+text is cut where espeak cuts its clauses, each clause is phonemized with its punctuation kept (as Piper and
+``phonemizer`` with ``preserve_punctuation`` do), and a backend speaks a reply's first clause alone when it is long
+enough (:func:`pieces`), so the first audio comes sooner, then whole sentences.
 """
 from __future__ import annotations
 
@@ -208,7 +208,8 @@ class Running:
             if not chunk:
                 raise OSError("espeak-ng closed its output")
             answer += chunk
-        return answer[:-len(ending)].decode("utf-8", errors="replace") if mark else answer.decode("utf-8", errors="replace").strip()
+        heard = (answer[:-len(ending)] if mark else answer).decode("utf-8", errors="replace")
+        return heard if mark else heard.strip()
 
     def stop(self) -> None:
         self._finalizer()
