@@ -189,19 +189,42 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def cpu_description() -> str:
-    """The CPU's model name and this machine's core count, for a benchmark's report ("AMD EPYC, 2 cores")."""
+def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+                return line.split(":", 1)[1].strip()
     except OSError:  # not Linux
         pass
-    return f"{_platform.processor() or _platform.machine()}, {os.cpu_count()} cores"
+    return _platform.processor() or _platform.machine()
+
+
+def ctranslate2_int8() -> str | None:
+    """The library CTranslate2 runs its int8 products with in this process ("MKL", "oneDNN" or "Ruy"), or None
+    when no stage imported CTranslate2.
+
+    CTranslate2 takes MKL only on CPUs that say GenuineIntel (or with ``CT2_USE_MKL=1``), and supports int16 on
+    the CPU only through MKL, so its own list of compute types tells. Elsewhere on x86 it is oneDNN, whose one-row
+    int8 products (each decoder step) ran several times slower on an AMD EPYC (README, Two busy cores).
+    """
+    ctranslate2 = sys.modules.get("ctranslate2")
+    if ctranslate2 is None:
+        return None
+    if "int16" in ctranslate2.get_supported_compute_types("cpu"):
+        return "MKL"
+    return "oneDNN" if _platform.machine().lower() in ("x86_64", "amd64") else "Ruy"
+
+
+def cpu_description() -> str:
+    """The CPU's model name, this machine's core count and CTranslate2's int8 library where a stage loaded it, for
+    a benchmark's report ("AMD EPYC, 2 cores, CTranslate2 int8 through oneDNN")."""
+    int8 = ctranslate2_int8()
+    return f"{_cpu_model()}, {os.cpu_count()} cores" + (f", CTranslate2 int8 through {int8}" if int8 else "")
 
 
 def machine_info() -> dict[str, object]:
     """What a metrics file says about the machine it was measured on."""
     machine = detect()
     return {"platform": machine.platform, "system": _platform.system(), "machine": machine.arch,
-            "processor": _platform.processor(), "cpu_count": os.cpu_count(), "python": _platform.python_version()}
+            "processor": _platform.processor(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+            "ctranslate2_int8": ctranslate2_int8(), "python": _platform.python_version()}

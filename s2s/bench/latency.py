@@ -24,6 +24,7 @@ import numpy as np
 from s2s import audio
 from s2s.bench.server import speech_end_s
 from s2s.bench.speech import Clip, espeak, espeak_available, recordings
+from s2s.platform import cpu_description
 
 RATE = 16000
 LEAD_S = 0.5  # silence written before each clip
@@ -217,6 +218,7 @@ def bench_latency(files: list[str], overrides: list[str], trailing_s: float, ver
         after = [_p50(found[name], "stt_after_s") for name in variants]
         if None not in after:
             parts.append(f"STT after end of speech p50: {after[0]:.3f} s as composed, {after[1]:.3f} s with {other}")
+    parts.append(f"machine: {cpu_description()}")
     report = "\n\n".join(parts)
     (output_dir / "latency.md").write_text(report + "\n")
     (output_dir / "latency.json").write_text(json.dumps({"rows": found[""], "peak_memory_mb": peak[""],
