@@ -73,6 +73,16 @@ def test_no_words_and_a_failed_request_each_end_the_turn_with_one_log_line(caplo
         (logging.ERROR, "turn 8: stt=x at http://h failed: ReadTimeout")]
 
 
+@pytest.mark.parametrize("heard", [".", "...", " - ", "?!", "…"])
+def test_marks_without_a_word_are_no_words_and_get_no_reply(heard):
+    """Whisper hears a breath or a click as "." now and then; the LLM answered it ("I'm sorry for any
+    misunderstanding ...")."""
+    stage = Scripted((heard, "en"), ("2.", "en"), ("你好。", "zh"))
+    assert list(stage.process(segment(16000, 0.1, 5))) == [TurnEnd(5)]
+    assert list(stage.process(segment(16000, 0.1, 6))) == [Transcript("2.", 6, "en")]  # a number is a word
+    assert list(stage.process(segment(16000, 0.1, 7))) == [Transcript("你好。", 7, "zh")]
+
+
 def test_a_segment_that_names_its_language_is_transcribed_in_it_and_the_stage_keeps_its_own():
     import dataclasses
 

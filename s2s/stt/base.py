@@ -161,7 +161,7 @@ class STTStage(Stage):
             yield Metric(message.turn, "stt_error", 1.0, {"event": "stt_error", "error": str(error)})
             yield TurnEnd(message.turn)
             return
-        if text:
+        if any(character.isalnum() for character in text):  # "." alone (Whisper on a noise) is no words either
             yield Transcript(text, message.turn, language, speculative=message.speculative)
             # after the words went on (turn.sentence_end): the VAD weighs the words' verdict, which comes later, with it
             heard = self.sentence_end(samples, text) if message.speculative and SentenceEnd in self.wanted else None
