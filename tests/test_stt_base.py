@@ -83,6 +83,19 @@ def test_marks_without_a_word_are_no_words_and_get_no_reply(heard):
     assert list(stage.process(segment(16000, 0.1, 7))) == [Transcript("你好。", 7, "zh")]
 
 
+def test_a_pause_pass_that_heard_marks_alone_leaves_the_segment_to_its_own_decode():
+    """The pass at the pause hears zeros where the segment holds the pause's second frame: on gradio's one-second
+    "Thank you." the packaged Whisper heard "." there, and the whole segment as "Thank you."."""
+    from s2s.messages import SpeechSoFar
+
+    stage = Scripted((".", "en"), ("Thank you.", "en"))
+    stage.at_pause = True
+    samples = np.zeros(16000, np.float32)
+    assert list(stage.process(SpeechSoFar((samples,), 16000, 2, 0.5, paused=True))) == []
+    assert list(stage.process(SpeechSegment(samples, 16000, 2, 0.5, 1.5))) == [Transcript("Thank you.", 2, "en")]
+    assert len(stage.heard) == 2  # the pass, then the segment again
+
+
 def test_a_segment_that_names_its_language_is_transcribed_in_it_and_the_stage_keeps_its_own():
     import dataclasses
 

@@ -34,6 +34,12 @@ def repeats_itself(text: str) -> bool:
     return bool(data) and len(data) / len(zlib.compress(data)) > LOOPING
 
 
+def has_words(text: str) -> bool:
+    """Whether a transcript holds a word: marks alone ("." or "...", as Whisper writes a breath or a click) do not,
+    and get no reply; a number or any script's letters do."""
+    return any(character.isalnum() for character in text)
+
+
 class TranscriptionFailed(RuntimeError):
     """The backend could not transcribe this utterance (a server answered an error, timed out).
 
@@ -161,7 +167,7 @@ class STTStage(Stage):
             yield Metric(message.turn, "stt_error", 1.0, {"event": "stt_error", "error": str(error)})
             yield TurnEnd(message.turn)
             return
-        if any(character.isalnum() for character in text):  # "." alone (Whisper on a noise) is no words either
+        if has_words(text):
             yield Transcript(text, message.turn, language, speculative=message.speculative)
             # after the words went on (turn.sentence_end): the VAD weighs the words' verdict, which comes later, with it
             heard = self.sentence_end(samples, text) if message.speculative and SentenceEnd in self.wanted else None
@@ -203,7 +209,7 @@ class STTStage(Stage):
         utterance = self._utterance
         if utterance is None or not utterance.holds(key, samples) or len(samples) < utterance.heard:
             utterance = self._utterance = Utterance(key, samples)
-        if utterance.heard == len(samples):
+        if utterance.heard == len(samples) and has_words(utterance.text()):
             return utterance.text(), utterance.language
         if utterance.unsure == len(samples) or not self.forces_prefix:  # unsure of this very audio: retry at once
             return self.recognise(samples, language)
