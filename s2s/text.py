@@ -61,6 +61,13 @@ def bare_words(text: str) -> str:
     return _CLOSING.sub("", text.strip())
 
 
+def has_words(text: str) -> bool:
+    """Whether ``text`` holds a word: marks alone ("." or "...") do not; a number or any script's letters do. A
+    transcript without one gets no reply (Whisper writes "." for a breath or a click), a clause without one no
+    speech."""
+    return any(character.isalnum() for character in text)
+
+
 def closes_sentence(piece: str) -> bool:
     """A token's text (spacing stripped) that ends a sentence after a word: it starts with "." "?" or "!", and is
     not an ellipsis. The LLM's words score and the STT's sentence end sum the probabilities of these tokens."""

@@ -11,7 +11,7 @@ from s2s.config_errors import ConfigErrors
 from s2s import audio
 from s2s.messages import SpeechSegment, Transcript, TurnEnd
 from s2s.languages import WHISPER_LANGUAGES
-from s2s.stt.base import has_words
+from s2s.text import has_words
 from s2s.stt.mlx_whisper import MLXWhisperSTT
 from tests.fixtures import tiny_mlx_whisper, tiny_whisper
 

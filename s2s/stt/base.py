@@ -23,6 +23,7 @@ from s2s.messages import (Data, Message, Metric, SentenceEnd, SpeechSegment, Spe
                           TranscriptSoFar, TurnEnd)
 from s2s.stage import Stage
 from s2s.stt.incremental import Utterance
+from s2s.text import has_words
 
 log = logging.getLogger(__name__)
 LOOPING = 2.4  # Whisper's compression_ratio_threshold: text that zlib shrinks more than this repeats itself
@@ -32,12 +33,6 @@ def repeats_itself(text: str) -> bool:
     """A decode that loops: its text (UTF-8) compresses by more than ``LOOPING`` (Whisper's rule)."""
     data = text.strip().encode()
     return bool(data) and len(data) / len(zlib.compress(data)) > LOOPING
-
-
-def has_words(text: str) -> bool:
-    """Whether a transcript holds a word: marks alone ("." or "...", as Whisper writes a breath or a click) do not,
-    and get no reply; a number or any script's letters do."""
-    return any(character.isalnum() for character in text)
 
 
 class TranscriptionFailed(RuntimeError):
@@ -209,8 +204,8 @@ class STTStage(Stage):
         utterance = self._utterance
         if utterance is None or not utterance.holds(key, samples) or len(samples) < utterance.heard:
             utterance = self._utterance = Utterance(key, samples)
-        if utterance.heard == len(samples) and has_words(utterance.text()):
-            return utterance.text(), utterance.language
+        if utterance.heard == len(samples) and has_words(heard := utterance.text()):
+            return heard, utterance.language
         if utterance.unsure == len(samples) or not self.forces_prefix:  # unsure of this very audio: retry at once
             return self.recognise(samples, language)
         with self._one_at_a_time(language):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from s2s.config_errors import ValidationContext
+from s2s.text import has_words
 
 ESPEAK = "espeak-ng"
 INSTALL = {"linux": "apt-get install espeak-ng", "macos": "brew install espeak-ng",
@@ -145,7 +146,7 @@ class Espeak:
         clauses = split_clauses(text)
         lines, owners = [], []
         for index, (clause, _, _) in enumerate(clauses):
-            if any(character.isalnum() for character in clause):  # the rest has no sound, only its mark
+            if has_words(clause):  # the rest has no sound, only its mark
                 parts = textwrap.wrap(clause, LINE_CHARS, break_on_hyphens=False)
                 lines += parts
                 owners += [index] * len(parts)

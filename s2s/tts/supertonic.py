@@ -19,7 +19,7 @@ from s2s.config_errors import ConfigError, OneOf, Range, ValidationContext
 from s2s.models import build_once, cache_root
 from s2s.onnx import cpu_session
 from s2s.stage import require
-from s2s.text import SentenceSplitter
+from s2s.text import SentenceSplitter, has_words
 from s2s.tts.base import TTSStage
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class SupertonicTTS(TTSStage):
         splitter = SentenceSplitter(min_chars=1)
         for sentence in [*splitter.feed(text), *splitter.finish()]:
             sentence = self.speakable(sentence)
-            if not any(character.isalnum() for character in sentence):
+            if not has_words(sentence):
                 continue  # punctuation alone ("...") would be a model call for a click
             wav, duration = self._engine([sentence], self._style, self.total_steps, self.speed, code)
             # the vocoder pads to whole latent frames; the predicted duration is where the speech ends
