@@ -35,6 +35,7 @@ LANGUAGE_FLAG = re.compile(r"\([^)]*\)")  # espeak's (fr)...(en) around words it
 # The running espeak-ng's answers end with its answer to this line: it marks where a chunk's answer ends (a text
 # that holds it goes to a process of its own)
 MARK = "zqzqz"
+PARAGRAPH = b"\n\n"  # espeak-ng ends its answer to each paragraph (a line and an empty one) so
 ANSWER_S = 10.0  # the running espeak-ng answers a chunk in milliseconds: past this it is stopped and started again
 
 
@@ -108,7 +109,6 @@ class Espeak:
         self.command = [program, "-q", "-b", "1", "--ipa", "-v", voice]
         self._lock = threading.Lock()  # one chunk at a time through the running espeak-ng
         self._running: Running | None = None
-        self._mark = ""  # the running espeak-ng's answer to MARK
 
     def ipa(self, lines: list[str]) -> list[list[str]]:
         """espeak-ng's IPA lines for each line of text; an empty line after each marks its end.
@@ -119,11 +119,8 @@ class Espeak:
         if MARK not in text.lower():
             with self._lock:
                 try:
-                    if self._running is None:
-                        self._running = Running(self.command)
-                        self._mark = self._running.ask(f"{MARK}\n\n", "") or ""
-                    # no answer to the mark: nothing would tell where a chunk's answer ends
-                    answer = self._running.ask(f"{text}{MARK}\n\n", self._mark) if self._mark else None
+                    self._running = self._running or Running(self.command)
+                    answer = self._running.ask(text)
                     if answer is not None:
                         return _blocks(answer)
                 except OSError:  # it exited or closed its output: the next chunk starts another
@@ -183,6 +180,10 @@ class Running:
         threading.Thread(target=self._read, args=(self._process.stdout, self._output), daemon=True,
                          name="espeak-ng output").start()
         self._finalizer = weakref.finalize(self, _stop, self._process)
+        # its answer to MARK alone (up to the first paragraph's end) ends every answer after; none: nothing would
+        # tell where an answer ends
+        mark = self._answer(f"{MARK}\n\n", PARAGRAPH)
+        self._ending = mark if mark is not None and mark.strip() else None
 
     @staticmethod
     def _read(stream: Any, output: queue.Queue[bytes]) -> None:
@@ -190,18 +191,26 @@ class Running:
             output.put(chunk)
         output.put(b"")  # the process closed its output
 
-    def ask(self, text: str, mark: str) -> str | None:
-        """The answer to ``text``, whose last line is :data:`MARK`, less the answer to it (``mark``; "": take
-        all up to the first paragraph's end); None when it does not come within :data:`ANSWER_S`.
+    def ask(self, text: str) -> str | None:
+        """The answer to ``text`` (lines, each followed by an empty line); None when it does not come within
+        :data:`ANSWER_S`, or when the process never answered :data:`MARK`.
 
         Raises:
             OSError: the process exited or closed its output.
         """
+        if self._ending is None:
+            return None
+        answer = self._answer(f"{text}{MARK}\n\n", self._ending)
+        return None if answer is None else answer[:-len(self._ending)].decode("utf-8", errors="replace")
+
+    def _answer(self, text: str, ending: bytes) -> bytes | None:
+        """What the process writes for ``text``, up to ``ending`` (after a whole paragraph, unless ``ending`` is
+        the paragraph's end itself); None when it does not come within :data:`ANSWER_S`."""
         assert self._process.stdin is not None
         self._process.stdin.write(text.encode("utf-8"))
-        ending = f"{mark}\n\n".encode("utf-8")
         answer, deadline = b"", time.monotonic() + ANSWER_S
-        while not answer.endswith(ending) or (mark and answer[:-len(ending)][-2:] not in (b"", b"\n\n")):
+        while not answer.endswith(ending) or (ending != PARAGRAPH and answer[:-len(ending)][-2:] not in
+                                              (b"", PARAGRAPH)):
             try:
                 chunk = self._output.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
@@ -209,8 +218,7 @@ class Running:
             if not chunk:
                 raise OSError("espeak-ng closed its output")
             answer += chunk
-        heard = (answer[:-len(ending)] if mark else answer).decode("utf-8", errors="replace")
-        return heard if mark else heard.strip()
+        return answer
 
     def stop(self) -> None:
         self._finalizer()
