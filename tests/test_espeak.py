@@ -8,7 +8,8 @@ import time
 from onnx_tts import needs_espeak
 from s2s.tts import espeak
 from s2s.tts.piper import PiperTTS
-from s2s.tts.espeak import MARK, Espeak, split_clauses
+from s2s.text import has_words
+from s2s.tts.espeak import MARK, Espeak, _blocks, split_clauses
 from spies import spy
 from tests.conftest import CACHE
 from tests.fixtures import piper as tiny
@@ -19,14 +20,13 @@ TEXTS = ["Well, Mr. and Mrs. Smith paid $5.50 for 3 apples; how odd! Dr. Jones s
 
 
 def lines(text: str) -> list[str]:
-    return [clause for clause, _, _ in split_clauses(text) if any(character.isalnum() for character in clause)]
+    return [clause for clause, _, _ in split_clauses(text) if has_words(clause)]  # as Espeak.sentences asks
 
 
 def own_process(reader: Espeak, text: str) -> list[list[str]]:
     """What one espeak-ng run for ``text``'s lines alone answers (the way before the running process)."""
-    answer = subprocess.run(reader.command, input="".join(f"{line}\n\n" for line in lines(text)),
-                            capture_output=True, encoding="utf-8", check=True).stdout
-    return [[ipa.strip() for ipa in block.split("\n") if ipa.strip()] for block in answer.split("\n\n")[:-1]]
+    return _blocks(subprocess.run(reader.command, input="".join(f"{line}\n\n" for line in lines(text)),
+                                  capture_output=True, encoding="utf-8", check=True).stdout)
 
 
 @needs_espeak
