@@ -114,6 +114,11 @@ class FasterWhisperSTT(STTStage):
         incremental_s: while the user speaks, decode the utterance again after each this many seconds of new
             speech, its decoder made to start with the words two passes agreed on (:mod:`s2s.stt.incremental`),
             so that the end of speech costs only the words after them. null: one pass when the utterance ends.
+        cpu_decoder: what makes the greedy decodes on the CPU: ``ctranslate2`` (the model's own runtime) or
+            ``onnxruntime`` (:mod:`s2s.stt.whisper_onnx`: the decoder rebuilt once into the cache from the same
+            weights, 8-bit, about two thirds of CTranslate2's time where its int8 products go through oneDNN, any CPU
+            but Intel's). The encoding, beam search, incremental passes and faster-whisper's own 30 s windows stay
+            CTranslate2's, and so does everything on a GPU.
         at_pause: decode the utterance when the speech pauses (``vad.speech_pad_ms`` of silence), if that comes
             before the turn's segment (``vad.speculative_silence_ms``; with the default 64 ms the segment comes
             first and is itself the pass): the same audio, so the turn's transcript is then made or under way when
@@ -130,6 +135,7 @@ class FasterWhisperSTT(STTStage):
                  beam_below: Annotated[float, Range(high=0)] | None = None,
                  window_s: Annotated[float, Range(1, FULL_WINDOW_S)] | None = None,
                  incremental_s: Annotated[float, Range(0.2, 5)] | None = None,
+                 cpu_decoder: Literal["ctranslate2", "onnxruntime"] = "ctranslate2",
                  at_pause: bool = False, cache_dir: str | None = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("mps", "auto") else device
@@ -139,9 +145,11 @@ class FasterWhisperSTT(STTStage):
         self.beam_below = beam_below
         self.window_s = window_s
         self.incremental_s = incremental_s
+        self.cpu_decoder = cpu_decoder
         self.at_pause = at_pause
         self.cache_dir = cache_dir
         self._model: Any = None
+        self._greedy: Any = None  # the onnxruntime decoder (cpu_decoder=onnxruntime on the CPU)
         self._heard: tuple[int, Any] | None = None  # the last window encoded: its samples' length, its encoding
         self._closers: list[int] | None = None  # the text tokens that close a sentence (sentence_end), once
 
@@ -164,6 +172,14 @@ class FasterWhisperSTT(STTStage):
             lambda: faster_whisper.WhisperModel(path, device=device, device_index=int(index or 0),
                                                 compute_type=compute_type, cpu_threads=threads,
                                                 num_workers=workers))
+        if self.cpu_decoder == "onnxruntime" and device == "cpu":
+            from s2s.stt.whisper_onnx import GreedyDecoder
+            from s2s.stt.whisper_onnx_build import built
+
+            onnxruntime = require("onnxruntime", backend="stt.cpu_decoder=onnxruntime", extra=None)
+            folder = Path(path) if Path(path, "model.bin").is_file() else \
+                Path(faster_whisper.utils.download_model(path, local_files_only=True))  # fetched by the load above
+            self._greedy = GreedyDecoder(onnxruntime, built(folder, self.cache_dir), threads)
 
     def warm_up(self) -> None:
         self._transcribe(audio.silence(1.0, RATE), self.language or "en")  # "en": no language detection
@@ -231,27 +247,41 @@ class FasterWhisperSTT(STTStage):
         longest = min(model.max_length, len(prompt) + 16 + int(TOKENS_PER_S * len(samples) / RATE))
         suppressed = get_suppressed_tokens(tokenizer, [-1])
 
-        def decode(beams: int) -> tuple[Any, list[int], str, float, bool]:
-            [result] = model.model.generate(encoded, [prompt], beam_size=beams, max_length=longest,
-                                            suppress_blank=True, suppress_tokens=suppressed, return_scores=True,
-                                            return_no_speech_prob=True, max_initial_timestamp_index=FIRST_TIMESTAMP)
-            tokens = result.sequences_ids[0]
+        def decode(beams: int) -> tuple[float, list[int], str, float, bool]:
+            if beams == 1 and self._greedy is not None and not prefix:  # cpu_decoder=onnxruntime
+                made = self._greedy.decode(np.asarray(encoded), prompt, self._vocabulary(tokenizer), suppressed,
+                                           longest - len(prompt), FIRST_TIMESTAMP)
+                tokens, confidence, no_speech = made.tokens, made.confidence, made.no_speech
+            else:
+                [result] = model.model.generate(encoded, [prompt], beam_size=beams, max_length=longest,
+                                                suppress_blank=True, suppress_tokens=suppressed, return_scores=True,
+                                                return_no_speech_prob=True,
+                                                max_initial_timestamp_index=FIRST_TIMESTAMP)
+                tokens, no_speech = result.sequences_ids[0], result.no_speech_prob
+                confidence = result.scores[0] * len(tokens) / (len(tokens) + 1)
             text = tokenizer.decode(tokens).strip()  # decode drops the timestamp tokens
             # a loop: text that repeats itself, or a decode the bound cut off (a finished one ends on a timestamp)
             looping = repeats_itself(text) or bool(tokens) and tokens[-1] < tokenizer.timestamp_begin
-            return result, tokens, text, result.scores[0] * len(tokens) / (len(tokens) + 1), looping
+            return no_speech, tokens, text, confidence, looping
 
         greedy_first = self.beam_below is not None and self.beam_size > 1
-        result, tokens, text, confidence, looping = decode(1 if greedy_first else self.beam_size)
+        no_speech, tokens, text, confidence, looping = decode(1 if greedy_first else self.beam_size)
         if greedy_first and (confidence < self.beam_below or looping):
-            result, tokens, text, confidence, looping = decode(self.beam_size)
+            no_speech, tokens, text, confidence, looping = decode(self.beam_size)
         rest = tokenizer.decode(tokens[forced:]).rstrip() if prefix else text  # " word" or "," after the prefix
         unsure = confidence < LOW_LOGPROB
-        if (unsure or looping) and result.no_speech_prob > NO_SPEECH:  # a confident loop is no speech either
+        if (unsure or looping) and no_speech > NO_SPEECH:  # a confident loop is no speech either
             return "", language
         if unsure or looping:  # faster-whisper would retry hotter: let it
             return (None, language) if prefix is not None else self._transcribe_full(samples, language)
         return rest, language
+
+    @staticmethod
+    def _vocabulary(tokenizer: Any) -> Any:
+        from s2s.stt.whisper_onnx import Vocabulary
+
+        return Vocabulary(start=tokenizer.sot, end=tokenizer.eot, no_speech=tokenizer.no_speech,
+                          no_timestamps=tokenizer.no_timestamps, first_timestamp=tokenizer.timestamp_begin)
 
     def sentence_end(self, samples: Any, text: str) -> float | None:
         """Whisper's probability of a closing mark (". ? !") right after ``text``'s words, over the window it last
@@ -299,7 +329,7 @@ class FasterWhisperSTT(STTStage):
         return self._closers
 
     def close(self) -> None:
-        self._model, self._heard = None, None
+        self._model, self._heard, self._greedy = None, None, None
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model_name, "device": self.device}
