@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from s2s.models import build_once, cache_root
+from s2s.onnx_graph import Graph, save
 
 OUTPUTS = ("cross.onnx", "step.onnx")
 VERSION = 1  # of the build: part of the cached folder's name, so a changed build is made again
@@ -70,37 +71,8 @@ def read_weights(path: Path) -> dict[str, np.ndarray]:
     return variables
 
 
-class _Graph:
-    """An ONNX graph under construction: nodes, float32 weights, and the weight products to quantize."""
-
-    def __init__(self, weights: dict[str, np.ndarray]) -> None:
-        self.weights, self.nodes, self.initializers, self.products = weights, [], [], []  # type: ignore[var-annotated]
-
-    def constant(self, name: str, value: np.ndarray) -> str:
-        from onnx import numpy_helper
-
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
-        return name
-
-    def node(self, op: str, inputs: list[str], outputs: list[str] | None = None, **attributes: Any) -> Any:
-        from onnx import helper
-
-        name = f"{op}_{len(self.nodes)}"
-        outputs = outputs or [name]
-        self.nodes.append(helper.make_node(op, inputs, outputs, name=name, **attributes))
-        return outputs[0] if len(outputs) == 1 else outputs
-
-    def weight(self, name: str) -> np.ndarray:
-        return np.asarray(self.weights[name], dtype=np.float32)
-
-    def linear(self, x: str, prefix: str, rows: slice = slice(None)) -> str:
-        """``x`` through the layer ``prefix`` (CTranslate2 keeps weights as output rows), or through its ``rows``."""
-        label = f"{prefix}[{rows.start}:{rows.stop}]"
-        product = self.node("MatMul", [x, self.constant(label + "/weight", self.weight(prefix + "/weight")[rows].T)])
-        self.products.append(self.nodes[-1].name)
-        if prefix + "/bias" not in self.weights:
-            return product
-        return self.node("Add", [product, self.constant(label + "/bias", self.weight(prefix + "/bias")[rows])])
+class _Graph(Graph):
+    """:class:`s2s.onnx_graph.Graph` with Whisper's normalisation and heads."""
 
     def norm(self, x: str, prefix: str) -> str:
         return self.node("LayerNormalization", [x, self.constant(prefix + "/gamma", self.weight(prefix + "/gamma")),
@@ -111,13 +83,6 @@ class _Graph:
         """``[1, n, heads * size]`` -> its heads, transposed by ``order`` from ``[1, n, heads, size]``."""
         shape = self.constant(f"heads_{len(self.nodes)}", np.array([1, 0, heads, -1], np.int64))
         return self.node("Transpose", [self.node("Reshape", [x, shape])], perm=order)
-
-    def model(self, name: str, inputs: list[Any], outputs: list[Any]) -> Any:
-        from onnx import helper
-
-        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.initializers)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                       helper.make_opsetid("com.microsoft", 1)], ir_version=9)
 
 
 def layers_of(weights: dict[str, np.ndarray]) -> int:
@@ -213,23 +178,12 @@ def _step(weights: dict[str, np.ndarray], heads: int) -> tuple[Any, list[str]]:
 
 def build(folder: Path, out: Path) -> None:
     """Write :data:`OUTPUTS` into the new folder ``out`` from the CTranslate2 Whisper folder ``folder``."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     weights = read_weights(folder / "model.bin")
     heads = int(weights["decoder/num_heads"])
     out.mkdir()
     for name, make in (("cross.onnx", _cross), ("step.onnx", _step)):
         model, products = make(weights, heads)
-        if not products:
-            onnx.save(model, str(out / name))
-            continue
-        plain = out / (name + ".float.tmp")
-        onnx.save(model, str(plain))
-        quantize_dynamic(str(plain), str(out / name), weight_type=QuantType.QUInt8, per_channel=True,
-                         op_types_to_quantize=["MatMul"], nodes_to_quantize=products,
-                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        plain.unlink()
+        save(model, products, out / name)
 
 
 def built(folder: Path, cache_dir: str | None) -> Path:
