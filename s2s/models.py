@@ -91,23 +91,23 @@ def package_file(package: str, *parts: str) -> Path | None:
 
 
 # ---------------------------------------------------------------------------------------------- threads
-SMALL_WEIGHTS_MB = 200  # CTranslate2 weights up to this size run fastest on one CPU thread (measured, below)
+SMALL_WEIGHTS_MB = 200  # weights up to this size run fastest on one CPU thread (measured, below)
 
 
-def ctranslate2_threads(threads: int | None, device: str, folder: str | Path) -> int:
-    """The intra-op threads a CTranslate2 model gets: ``runner.threads.<stage>`` where given; else one for
-    small weights on the CPU; else 0 (CTranslate2's default, a thread per core).
+def model_threads(threads: int | None, device: str, folder: str | Path, weights_file: str = "model.bin") -> int:
+    """The intra-op threads a CTranslate2 (or onnxruntime) model gets: ``runner.threads.<stage>`` where given;
+    else one for small weights on the CPU; else 0 (the runtime's default, a thread per core).
 
     A small model's matrices are too small to share among threads: on two cores Whisper tiny.en's beam-5 decode
     of a 6 s sentence took 0.17 s on one thread against 0.26 s on two (the encoder the same), SmolLM2-135M int8
     gave its first 5 words in 0.10 s against 0.16 s, and the whole pipeline answered 12 real recordings with a
     median voice-to-voice 0.79x as long (python -m s2s.bench latency, interleaved; 0.80x on an AVX2 EPYC, where two
-    threads had looked faster for the STT alone). ``folder``'s ``model.bin``
-    decides; a folder without one counts as large.
+    threads had looked faster for the STT alone). The size of ``folder``'s ``weights_file`` decides; a folder
+    without one counts as large.
     """
     if threads:
         return threads
-    weights = Path(folder) / "model.bin"
+    weights = Path(folder) / weights_file
     small = weights.is_file() and weights.stat().st_size <= SMALL_WEIGHTS_MB * 1_000_000
     return 1 if small and device == "cpu" else 0
 

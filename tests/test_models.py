@@ -9,7 +9,7 @@ from s2s import models
 from s2s.config_errors import ValidationContext
 from s2s.models import (
     build_once,
-    ctranslate2_threads,
+    model_threads,
     loadable,
     local_path,
     model_folder_error,
@@ -72,15 +72,15 @@ def test_small_ctranslate2_weights_get_one_cpu_thread_unless_the_runner_says(tmp
     from s2s.stt.faster_whisper import resolve_model
 
     tiny = resolve_model("tiny.en")
-    assert ctranslate2_threads(None, "cpu", tiny) == 1
-    assert ctranslate2_threads(3, "cpu", tiny) == 3
-    assert ctranslate2_threads(None, "cuda", tiny) == 0
+    assert model_threads(None, "cpu", tiny) == 1
+    assert model_threads(3, "cpu", tiny) == 3
+    assert model_threads(None, "cuda", tiny) == 0
     large = tmp_path / "large"
     large.mkdir()
     with open(large / "model.bin", "wb") as weights:  # sparse: its size is what counts
         weights.truncate((models.SMALL_WEIGHTS_MB + 1) * 1_000_000)
-    assert ctranslate2_threads(None, "cpu", large) == 0
-    assert ctranslate2_threads(None, "cpu", "Systran/faster-whisper-small") == 0
+    assert model_threads(None, "cpu", large) == 0
+    assert model_threads(None, "cpu", "Systran/faster-whisper-small") == 0
 
 
 def test_the_whisper_and_llm_stages_load_the_packaged_models_on_one_thread():

@@ -26,7 +26,7 @@ from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWord
 from s2s.llm.sentence_end import sentence_end_ids
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
-from s2s.models import build_once, cache_root, ctranslate2_threads, local_path, model_source
+from s2s.models import build_once, cache_root, model_threads, local_path, model_source
 from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
@@ -50,7 +50,7 @@ def stored_weights(compute_type: str) -> str:
     return "int8" if compute_type.startswith("int8") else compute_type
 
 
-def _fingerprint(folder: Path) -> str:
+def fingerprint(folder: Path) -> str:
     """The folder's path and its files' names, sizes and times: a changed model converts again."""
     digest = hashlib.sha256(str(folder.resolve()).encode())
     for item in sorted(folder.iterdir()):
@@ -60,16 +60,17 @@ def _fingerprint(folder: Path) -> str:
     return digest.hexdigest()[:12]
 
 
-def _convert_in_child(arguments: list[str], out: Path) -> None:
-    """Run the converter in a fresh interpreter that sees this checkout of s2s (torch stays out of this one)."""
+def convert_in_child(arguments: list[str], out: Path, module: str = "s2s.llm.ctranslate2_convert") -> None:
+    """Run the converter ``module`` (``python -m module OUT ARGUMENTS``) in a fresh interpreter that sees this
+    checkout of s2s (torch stays out of this one)."""
     import s2s
 
     root = str(Path(s2s.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "s2s.llm.ctranslate2_convert", str(out), *arguments], env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", module, str(out), *arguments], env=env, capture_output=True,
+                          text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"converting the model to CTranslate2 failed (exit {done.returncode}):\n"
+        raise RuntimeError(f"converting the model ({module}) failed (exit {done.returncode}):\n"
                            f"{done.stderr[-3000:]}")
 
 
@@ -84,9 +85,9 @@ def resolve_model(model: str, cache_dir: str | None, compute_type: str) -> Path:
         assert folder is not None, "validation refuses hub ids"
         if (folder / "model.bin").is_file():
             return folder
-        target = cache_root(cache_dir) / f"ct2-{folder.name}-{_fingerprint(folder)}-{weights}"
+        target = cache_root(cache_dir) / f"ct2-{folder.name}-{fingerprint(folder)}-{weights}"
         arguments = [weights, "--source", str(folder)]
-    return build_once(target, lambda out: _convert_in_child(arguments, out), f"{model} -> CTranslate2 {weights}")
+    return build_once(target, lambda out: convert_in_child(arguments, out), f"{model} -> CTranslate2 {weights}")
 
 
 def model_error(model: str, context: ValidationContext) -> ConfigError | None:
@@ -188,9 +189,14 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
     @classmethod
     def validate_config(cls, kwargs: dict[str, Any], context: ValidationContext) -> None:
         check_module(kwargs["tools"], f"{context.group}.tools")
-        if error := model_error(kwargs["model"], context) or \
+        if error := cls.model_error(kwargs["model"], context) or \
                 thinking_error(kwargs["thinking"], kwargs["model"], context, (PACKAGED_NAME,)):
             raise error
+
+    @staticmethod
+    def model_error(model: str, context: ValidationContext) -> ConfigError | None:
+        """Why ``model`` cannot load, or None (:func:`model_error`)."""
+        return model_error(model, context)
 
     def count_tokens(self, text: str) -> int:
         if self._tokenizer is None:  # before setup: the estimate
@@ -208,7 +214,7 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         self._end_ids = self._end_tokens(path)
         self._sentence_ends = sentence_end_ids(self._tokenizer, self._end_ids)
         device, _, index = self.device.partition(":")
-        threads = ctranslate2_threads(self.threads, device, path)
+        threads = model_threads(self.threads, device, path)
         # a paced reply holds its worker: one per pipeline that may call at once, and a second for one pipeline,
         # so the words' scoring runs beside the reply's first tokens (s2s.llm.base._verdict_first)
         workers = max(2, sharing.users())
@@ -284,8 +290,14 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
             return None
         import numpy as np
 
-        log_probs = self._generator.forward_batch([self._tokenizer.tokens(ids[:ends[-1]])], return_log_probs=True)
-        return float(np.exp(np.asarray(log_probs)[0, -1, self._sentence_ends]).sum())
+        return float(np.exp(self._last_log_probs(ids[:ends[-1]])[self._sentence_ends]).sum())
+
+    def _last_log_probs(self, ids: list[int]) -> Any:
+        """The model's log-probabilities of the token after ``ids`` (a numpy vector): one ``forward_batch``."""
+        import numpy as np
+
+        log_probs = self._generator.forward_batch([self._tokenizer.tokens(ids)], return_log_probs=True)
+        return np.asarray(log_probs)[0, -1]
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped | Usage]:
         static, rest = self.prompt(self._with_tools(messages))

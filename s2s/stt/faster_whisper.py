@@ -13,7 +13,7 @@ import numpy as np
 
 from s2s import audio
 from s2s.config_errors import OneOf, Range, ValidationContext
-from s2s.models import (build_once, cache_root, ctranslate2_threads, loadable, model_folder_error, model_source,
+from s2s.models import (build_once, cache_root, model_threads, loadable, model_folder_error, model_source,
                         package_file)
 from s2s import sharing
 from s2s.sharing import shared_model
@@ -165,7 +165,7 @@ class FasterWhisperSTT(STTStage):
             compute_type = "int8" if self.device == "cpu" else "float16"
         path = resolve_model(self.model_name, self.cache_dir)
         device, _, index = self.device.partition(":")
-        threads = ctranslate2_threads(self.threads, device, path)
+        threads = model_threads(self.threads, device, path)
         workers = sharing.users()  # sessions' turns and partial passes decode side by side, not one after another
         self._model = shared_model(  # one copy per process when the realtime server shares weights
             ("faster_whisper", path, device, int(index or 0), compute_type, threads, workers),
