@@ -44,9 +44,11 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_question_gets_a_spoken_answer(tmp_path, espeak, whisper):
+@pytest.mark.parametrize("overrides", [(), ("profile=cpu_onnx",)], ids=["default", "cpu_onnx"])
+def test_question_gets_a_spoken_answer(tmp_path, espeak, whisper, overrides):
+    """The default, and the profile whose LLM and Whisper decodes run on onnxruntime (built on first use)."""
     question = espeak("What is the capital of France?", tmp_path / "question.wav")
-    result, out = run_default(tmp_path, question)
+    result, out = run_default(tmp_path, question, *overrides)
     assert result.returncode == 0, result.stderr[-3000:]
     [turn] = read_jsonl(out / "transcript.jsonl")
     assert "capital" in words(turn["user"]) and turn["complete"]  # "France" is marginal for tiny.en int8 on some CPUs
