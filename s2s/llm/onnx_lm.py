@@ -20,7 +20,7 @@ import numpy as np
 
 from s2s.config_errors import ConfigError, ValidationContext
 from s2s.llm.calibration import Capped
-from s2s.llm.ctranslate2_lm import PACKAGED_NAME, CTranslate2LM, convert_in_child, fingerprint
+from s2s.llm.ctranslate2_lm import PACKAGED_NAME, CTranslate2LM, convert_in_child, fingerprint, given_folder
 from s2s.llm.onnx_build import MODEL, VERSION, head_size
 from s2s.llm.sentence_end import sentence_end_ids
 from s2s.models import build_once, cache_root, local_path, model_source, model_threads
@@ -49,11 +49,9 @@ def resolve_model(model: str, cache_dir: str | None) -> Path:
 
 def model_error(model: str, context: ValidationContext) -> ConfigError | None:
     """Why ``model`` cannot be built (names the key), checked before anything loads; None when it can."""
-    folder = local_path(model)
-    if folder is None:
-        return None if model == PACKAGED_NAME else context.error("model", model, EXPECTED)
-    if not folder.is_dir():
-        return context.error("model", model, f"{EXPECTED} (no such folder)")
+    folder = given_folder(model, context, EXPECTED)
+    if not isinstance(folder, Path):
+        return folder
     if not ((folder / "config.json").is_file() and any(folder.glob("*.safetensors"))):
         return context.error("model", model, f"{EXPECTED} (it lacks config.json or *.safetensors)")
     from s2s.llm.onnx_build import FAMILIES
