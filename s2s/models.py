@@ -11,8 +11,12 @@ A ``model`` value is one of three things:
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -145,3 +149,28 @@ def build_once(target: Path, build: Callable[[Path], None], what: str) -> Path:
         partial.replace(target)
         log.info("%s: built %s in %.1f s", what, target, time.perf_counter() - start)
     return target
+
+
+def fingerprint(folder: Path) -> str:
+    """The folder's path and its files' names, sizes and times: a cached copy made from it is made again when the
+    folder changes."""
+    digest = hashlib.sha256(str(folder.resolve()).encode())
+    for item in sorted(folder.iterdir()):
+        if item.is_file():
+            stat = item.stat()
+            digest.update(f"{item.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:12]
+
+
+def build_in_child(module: str, out: Path, arguments: list[str]) -> None:
+    """Run the builder ``module`` (``python -m module OUT ARGUMENTS``) in a fresh interpreter that sees this checkout
+    of s2s: torch, transformers and a build's float copies stay out of this process."""
+    import s2s
+
+    root = str(Path(s2s.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", module, str(out), *arguments], env=env, capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the model ({module}) failed (exit {done.returncode}):\n"
+                           f"{done.stderr[-3000:]}")

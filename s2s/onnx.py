@@ -23,3 +23,11 @@ def cpu_session(onnxruntime: Any, path: str | Path, threads: int | None) -> Any:
     options.intra_op_num_threads = threads or (int(launcher) if launcher.isdigit() else 0)
     return shared_model(("onnxruntime", str(path), options.intra_op_num_threads),
                         lambda: onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]))
+
+
+def cache_layout(session: Any) -> tuple[int, int, int]:
+    """A decoder session's cache as its inputs declare it (``past_k_<layer>``: [1, heads, past, size]): the layers,
+    and each layer's heads and head size."""
+    layers = sum(1 for value in session.get_inputs() if value.name.startswith("past_k_"))
+    shape = next(value.shape for value in session.get_inputs() if value.name == "past_k_0")
+    return layers, int(shape[1]), int(shape[3])

@@ -6,12 +6,9 @@ jinja2 (the chat template, rendered as transformers renders it: ``s2s.llm.chat_t
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +23,8 @@ from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWord
 from s2s.llm.sentence_end import sentence_end_ids
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.messages import TurnVerdict
-from s2s.models import build_once, cache_root, model_threads, local_path, model_source
+from s2s.models import (build_in_child, build_once, cache_root, fingerprint, local_path, model_source,
+                        model_threads)
 from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
@@ -50,30 +48,6 @@ def stored_weights(compute_type: str) -> str:
     return "int8" if compute_type.startswith("int8") else compute_type
 
 
-def fingerprint(folder: Path) -> str:
-    """The folder's path and its files' names, sizes and times: a changed model converts again."""
-    digest = hashlib.sha256(str(folder.resolve()).encode())
-    for item in sorted(folder.iterdir()):
-        if item.is_file():
-            stat = item.stat()
-            digest.update(f"{item.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:12]
-
-
-def convert_in_child(arguments: list[str], out: Path, module: str = "s2s.llm.ctranslate2_convert") -> None:
-    """Run the converter ``module`` (``python -m module OUT ARGUMENTS``) in a fresh interpreter that sees this
-    checkout of s2s (torch stays out of this one)."""
-    import s2s
-
-    root = str(Path(s2s.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", module, str(out), *arguments], env=env, capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"converting the model ({module}) failed (exit {done.returncode}):\n"
-                           f"{done.stderr[-3000:]}")
-
-
 def resolve_model(model: str, cache_dir: str | None, compute_type: str) -> Path:
     """A CTranslate2 folder for ``model``: as given, or converted once into the cache."""
     weights = stored_weights(compute_type)
@@ -87,7 +61,8 @@ def resolve_model(model: str, cache_dir: str | None, compute_type: str) -> Path:
             return folder
         target = cache_root(cache_dir) / f"ct2-{folder.name}-{fingerprint(folder)}-{weights}"
         arguments = [weights, "--source", str(folder)]
-    return build_once(target, lambda out: convert_in_child(arguments, out), f"{model} -> CTranslate2 {weights}")
+    return build_once(target, lambda out: build_in_child("s2s.llm.ctranslate2_convert", out, arguments),
+                      f"{model} -> CTranslate2 {weights}")
 
 
 def given_folder(model: str, context: ValidationContext, expected: str) -> Path | ConfigError | None:

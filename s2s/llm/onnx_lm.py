@@ -20,11 +20,12 @@ import numpy as np
 
 from s2s.config_errors import ConfigError, ValidationContext
 from s2s.llm.calibration import Capped
-from s2s.llm.ctranslate2_lm import PACKAGED_NAME, CTranslate2LM, convert_in_child, fingerprint, given_folder
+from s2s.llm.ctranslate2_lm import PACKAGED_NAME, CTranslate2LM, given_folder
 from s2s.llm.onnx_build import MODEL, VERSION, head_size
 from s2s.llm.sentence_end import sentence_end_ids
-from s2s.models import build_once, cache_root, local_path, model_source, model_threads
-from s2s.onnx import cpu_session
+from s2s.models import (build_in_child, build_once, cache_root, fingerprint, local_path, model_source,
+                        model_threads)
+from s2s.onnx import cache_layout, cpu_session
 from s2s.stage import require
 
 PACKAGED_CACHE = "smollm2-135m-instruct-onnx"
@@ -43,7 +44,7 @@ def resolve_model(model: str, cache_dir: str | None) -> Path:
         assert folder is not None, "validation refuses hub ids"
         target = cache_root(cache_dir) / f"onnx-{folder.name}-{fingerprint(folder)}-v{VERSION}"
         arguments = ["--source", str(folder)]
-    return build_once(target, lambda out: convert_in_child(arguments, out, "s2s.llm.onnx_build"),
+    return build_once(target, lambda out: build_in_child("s2s.llm.onnx_build", out, arguments),
                       f"{model} -> onnxruntime, 8-bit")
 
 
@@ -157,9 +158,7 @@ class Model:
 
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.layers = sum(1 for value in session.get_inputs() if value.name.startswith("past_k_"))
-        shape = next(value.shape for value in session.get_inputs() if value.name == "past_k_0")
-        self.groups, self.size = int(shape[1]), int(shape[3])
+        self.layers, self.groups, self.size = cache_layout(session)
 
     def empty(self) -> dict[str, np.ndarray]:
         nothing = np.zeros((1, self.groups, 0, self.size), np.float32)

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 import re
-import zlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from s2s.config_errors import Range, ValidationContext
-from s2s.models import build_once, cache_root, local_path, model_source, package_file
+from s2s.models import build_once, cache_root, fingerprint, local_path, model_source, package_file
 from s2s.onnx import cpu_session
 from s2s.stage import require
 from s2s.stt import moonshine_convert
@@ -139,10 +138,7 @@ class MoonshineSTT(STTStage):
     def _converted_name(self, folder: Path) -> str:
         """The converted copy's folder in the cache: the packaged model's name, or (a local folder) a digest of its
         path and its files' sizes and times, so an edited folder is converted again; and the conversion's version."""
-        name = self.model_name
-        if model_source(name, PACKAGED) == "local":
-            files = sorted((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in folder.iterdir())
-            name = hex(zlib.crc32(repr((str(folder.resolve()), files)).encode()))[2:]
+        name = fingerprint(folder) if model_source(self.model_name, PACKAGED) == "local" else self.model_name
         return f"moonshine-{name}-int8-v{moonshine_convert.VERSION}"
 
     def transcribe(self, samples: Any) -> tuple[str, str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from s2s.onnx import cpu_session
+from s2s.onnx import cache_layout, cpu_session
 from s2s.stt.whisper_onnx_build import OUTPUTS
 
 
@@ -50,9 +50,7 @@ class GreedyDecoder:
 
     def __init__(self, onnxruntime: Any, folder: Path, threads: int | None) -> None:
         self.cross, self.step = (cpu_session(onnxruntime, folder / name, threads) for name in OUTPUTS)
-        self.layers = sum(1 for value in self.step.get_inputs() if value.name.startswith("past_k_"))
-        shape = next(value.shape for value in self.step.get_inputs() if value.name == "past_k_0")
-        self.heads, self.size = int(shape[1]), int(shape[3])
+        self.layers, self.heads, self.size = cache_layout(self.step)
 
     def decode(self, encoded: np.ndarray, prompt: list[int], vocabulary: Vocabulary, suppressed: list[int],
                longest: int, first_timestamp: int) -> Greedy:

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import logging
 import struct
-import subprocess
 import sys
-import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from s2s.models import build_once, cache_root
+from s2s.models import build_in_child, build_once, cache_root, fingerprint
 from s2s.onnx_graph import Graph, save
 
 OUTPUTS = ("cross.onnx", "step.onnx")
@@ -187,20 +185,14 @@ def build(folder: Path, out: Path) -> None:
 
 
 def built(folder: Path, cache_dir: str | None) -> Path:
-    """The built folder for the CTranslate2 folder ``folder`` in the cache, built once: named by a digest of its
-    ``model.bin``'s path, size and time (an edited model is built again) and :data:`VERSION`."""
-    weights = folder / "model.bin"
-    digest = zlib.crc32(repr((str(weights.resolve()), weights.stat().st_size, weights.stat().st_mtime_ns)).encode())
-    return build_once(cache_root(cache_dir) / f"whisper-onnx-{digest:08x}-v{VERSION}",
-                      lambda out: _build_apart(folder, out), f"Whisper's decoder for onnxruntime ({folder.name})")
+    """The built folder for the CTranslate2 folder ``folder`` in the cache, built once by a child process (its float
+    copies, 0.85 GB at the peak for tiny.en, never count in the pipeline's memory): named by the folder's
+    fingerprint (an edited model is built again) and :data:`VERSION`."""
+    return build_once(cache_root(cache_dir) / f"whisper-onnx-{fingerprint(folder)}-v{VERSION}",
+                      lambda out: build_in_child(__name__, out, [str(folder)]),
+                      f"Whisper's decoder for onnxruntime ({folder.name})")
 
 
-def _build_apart(folder: Path, out: Path) -> None:
-    """:func:`build` in a process of its own: its float copies (0.85 GB at the peak for tiny.en, about 10 s) never
-    count in the pipeline's memory."""
-    subprocess.run([sys.executable, "-m", __name__, str(folder), str(out)], check=True)
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m s2s.stt.whisper_onnx_build OUT FOLDER
     logging.disable(logging.WARNING)  # the quantizer's advice to pre-process a model for static quantization
-    build(Path(sys.argv[1]), Path(sys.argv[2]))
+    build(Path(sys.argv[2]), Path(sys.argv[1]))
