@@ -58,10 +58,12 @@ def test_the_graph_gives_transformers_next_token_probabilities(native):
         ids = native._tokenizer.encode(native._tokenizer.render(native.chat_messages(text)))
         with torch.no_grad():
             expected = torch.log_softmax(reference(torch.tensor([ids])).logits[0, -1], dim=-1).numpy()
-        got = native._last_log_probs(ids)
         likely = np.argsort(expected)[-10:]  # the ten likeliest: 8-bit weights move the rest more
-        assert int(got.argmax()) == int(expected.argmax()), text
-        assert np.abs(got[likely] - expected[likely]).max() < 0.25, (text, np.abs(got - expected).max())
+        # from nothing, and from a first part's cache (the words' end-of-turn probability after the system part)
+        half = len(ids) // 2
+        for got in (native._last_log_probs([], ids), native._last_log_probs(ids[:half], ids[half:])):
+            assert int(got.argmax()) == int(expected.argmax()), text
+            assert np.abs(got[likely] - expected[likely]).max() < 0.25, (text, np.abs(got - expected).max())
 
 
 def test_the_trained_reply_streams_token_by_token_into_a_short_first_chunk(native):

@@ -20,6 +20,7 @@ from s2s.messages import (AudioChunk, Data, Message, Metric, ReplyText, Sentence
 from s2s.stage import Source, Stage
 from s2s.vad import turn_detection
 from s2s.vad.silero import SileroVAD
+from tests.fixtures import llm_models
 
 WORDS = {"_target_": "s2s.vad.turn_detection.WordsSettings", "threshold": 0.1, "max_silence_ms": 1500,
          "judge_silence_ms": 200}
@@ -279,10 +280,21 @@ def smollm2():
     stage.close()
 
 
+@pytest.fixture(scope="module", params=["ctranslate2", "onnx"])
+def scorer(request, smollm2):
+    """The packaged SmolLM2 that scores the words, on each runtime: the thresholds are the same for both."""
+    if request.param == "ctranslate2":
+        yield smollm2
+        return
+    from s2s.llm.onnx_lm import OnnxLM
+
+    yield from llm_models.packaged_smollm2(OnnxLM, "onnx")
+
+
 @pytest.mark.slow
-def test_smollm2_scores_finished_sentences_as_ends_of_turn_and_unfinished_ones_not(smollm2):
+def test_smollm2_scores_finished_sentences_as_ends_of_turn_and_unfinished_ones_not(scorer):
     def probability(text: str) -> float:
-        return smollm2.end_of_turn_probability(smollm2.chat_messages(text))
+        return scorer.end_of_turn_probability(scorer.chat_messages(text))
 
     done = [probability(text) for text in COMPLETE]
     going = [probability(text) for text in UNFINISHED]
@@ -298,11 +310,11 @@ def test_smollm2_scores_finished_sentences_as_ends_of_turn_and_unfinished_ones_n
 
 
 @pytest.mark.slow
-def test_smollm2_tells_real_peoples_finished_statements_from_their_halves(smollm2):
-    """Measured 0.20-0.66 (9 of 10 at the threshold or above) against 0.000-0.011."""
+def test_smollm2_tells_real_peoples_finished_statements_from_their_halves(scorer):
+    """Measured 0.20-0.66 (9 of 10 at the threshold or above) against 0.000-0.011 (CTranslate2)."""
     threshold = compose_config(["turn=fused"]).turn.words_threshold
-    done = [smollm2.end_of_turn_probability(smollm2.chat_messages(text)) for text in REAL_DONE]
-    halves = [smollm2.end_of_turn_probability(smollm2.chat_messages(text)) for text in REAL_HALVES]
+    done = [scorer.end_of_turn_probability(scorer.chat_messages(text)) for text in REAL_DONE]
+    halves = [scorer.end_of_turn_probability(scorer.chat_messages(text)) for text in REAL_HALVES]
     assert sum(p >= threshold for p in done) >= 7, done
     assert sum(p >= threshold for p in halves) <= 1, halves
     assert np.median(done) > 10 * max(np.median(halves), 0.01), (done, halves)

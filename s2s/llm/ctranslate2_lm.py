@@ -233,8 +233,13 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         prompt's state for the life of the model, and a summary changes every few turns.
         """
         offered = self._template_tools().get("tools") if tools else None
+        return self._split(messages, self._tokenizer.encode(self._tokenizer.render(messages, tools=offered,
+                                                                                   **self.template_switches())),
+                           offered)
+
+    def _split(self, messages: list[dict[str, Any]], ids: list[int], offered: Any) -> tuple[list[int], list[int]]:
+        """``ids`` (``messages`` rendered with the ``offered`` tools) as (the static system part, or []; the rest)."""
         switches = self.template_switches()
-        ids = self._tokenizer.encode(self._tokenizer.render(messages, tools=offered, **switches))
         if not (self.static_prompt and messages and messages[0]["role"] == "system") or \
                 (self.context.summary and self.context.summary in str(messages[0]["content"])):
             return [], ids
@@ -271,13 +276,15 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
             return None
         import numpy as np
 
-        return float(np.exp(self._last_log_probs(ids[:ends[-1]])[self._sentence_ends]).sum())
+        static, rest = self._split(chat, ids[:ends[-1]], None)
+        return float(np.exp(self._last_log_probs(static, rest)[self._sentence_ends]).sum())
 
-    def _last_log_probs(self, ids: list[int]) -> Any:
-        """The model's log-probabilities of the token after ``ids`` (a numpy vector): one ``forward_batch``."""
+    def _last_log_probs(self, static: list[int], rest: list[int]) -> Any:
+        """The model's log-probabilities of the token after ``static`` (the system part, or []) and ``rest`` (a
+        numpy vector): one ``forward_batch`` over both (CTranslate2 keeps no state of a static part for it)."""
         import numpy as np
 
-        log_probs = self._generator.forward_batch([self._tokenizer.tokens(ids)], return_log_probs=True)
+        log_probs = self._generator.forward_batch([self._tokenizer.tokens(static + rest)], return_log_probs=True)
         return np.asarray(log_probs)[0, -1]
 
     def stream(self, messages: list[dict[str, Any]]) -> Iterator[str | ToolCall | Confidence | Capped | Usage]:
