@@ -44,9 +44,11 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("overrides", [(), ("profile=cpu_onnx",)], ids=["default", "cpu_onnx"])
+@pytest.mark.parametrize("overrides", [(), ("llm=ctranslate2", "stt.cpu_decoder=ctranslate2")],
+                         ids=["default", "ctranslate2"])
 def test_question_gets_a_spoken_answer(tmp_path, espeak, whisper, overrides):
-    """The default, and the profile whose LLM and Whisper decodes run on onnxruntime (built on first use)."""
+    """The default (the LLM and Whisper's greedy decodes on onnxruntime, built on first use), and both on
+    CTranslate2."""
     question = espeak("What is the capital of France?", tmp_path / "question.wav")
     result, out = run_default(tmp_path, question, *overrides)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -132,7 +132,7 @@ def test_a_whole_run_answers_the_spoken_question(served, audio_lm, tmp_path):
 
 
 @pytest.mark.parametrize("overrides,key,fragments", [
-    (["stt=none"], "stt", ["before llm (s2s.llm.ctranslate2_lm.CTranslate2LM), which reads text only",
+    (["stt=none"], "stt", ["before llm (s2s.llm.onnx_lm.OnnxLM), which reads text only",
                            "stt=faster_whisper", "works only with llm=openai"]),
     (["stt=none", "llm=transformers"], "stt", ["llm (s2s.llm.transformers_lm.TransformersLM)", "llm=openai"]),
     (["stt=none", "llm=openai", "llm.base_url=http://127.0.0.1:8000/v1", "llm.model=m", "llm.api=responses"],

@@ -127,7 +127,7 @@ def test_greedy_first_decodes_again_with_beams_only_below_its_confidence(beam_be
     beam_size beams where it is not (every average is under 0), and beams alone without it."""
     from s2s.resolvers import sample
 
-    stage = default_stt(beam_below=beam_below)
+    stage = default_stt(beam_below=beam_below, cpu_decoder="ctranslate2")  # the decodes the spy counts
     spy = stage._model.model = CountedDecodes(stage._model.model)
     question = audio.read_audio(sample("question.wav"), 16000)
     [out] = list(stage.process(SpeechSegment(question, 16000, 0, 0.0, 2.0)))

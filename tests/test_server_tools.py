@@ -22,7 +22,8 @@ TOOL = {"type": "function", **weather_tools.TOOLS[0]["function"]}  # the Realtim
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     model = llm_models.tool_lm("native", CACHE)
-    running = RunningServer(tmp_path_factory.mktemp("server"), f"llm.model={model}", "llm.max_new_tokens=48",
+    running = RunningServer(tmp_path_factory.mktemp("server"), "llm=ctranslate2", f"llm.model={model}",
+                            "llm.max_new_tokens=48",
                             # the tiny model's margin is trained in float32: int8 on an AVX2 EPYC (oneDNN) turned
                             # its follow-up into "citycall>"; this test is about the protocol, not quantisation
                             "llm.compute_type=float32",

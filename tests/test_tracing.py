@@ -221,7 +221,7 @@ def test_a_run_sends_its_span_tree_with_the_figures_of_metrics_json(traced_run):
     root = check_tree(receiver.spans, "run", metrics["turns"], metrics["stages"])
     assert root["attributes"]["s2s.status"] == "completed" and root["parent"] is None
     [llm] = [span["attributes"] for span in receiver.spans if span["name"] == "llm"]
-    assert llm["gen_ai.request.model"] == "SmolLM2-135M-Instruct" and llm["gen_ai.provider.name"] == "ctranslate2"
+    assert llm["gen_ai.request.model"] == "SmolLM2-135M-Instruct" and llm["gen_ai.provider.name"] == "onnx"
     assert root["attributes"]["s2s.median.voice_to_voice_s"] == metrics["summary"]["median"]["voice_to_voice_s"]
     assert {span["resource"]["service.name"] for span in receiver.spans} == {"s2s-test"}
     assert {span["trace"] for span in receiver.spans} == {root["trace"]}

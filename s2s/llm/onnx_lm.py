@@ -85,7 +85,7 @@ class OnnxLM(CTranslate2LM):
 
     def setup(self) -> None:
         onnxruntime = require("onnxruntime", backend="llm=onnx", extra=None)
-        require("onnx", backend="llm=onnx", extra="cpu-onnx")  # the build writes the graph with it
+        require("onnx", backend="llm=onnx", extra=None)  # the build writes the graph with it
         require("tokenizers", backend="llm=onnx", extra=None)
         from s2s.llm.chat_template import ChatTokenizer
 

@@ -177,7 +177,7 @@ class FasterWhisperSTT(STTStage):
             from s2s.stt.whisper_onnx_build import built
 
             onnxruntime = require("onnxruntime", backend="stt.cpu_decoder=onnxruntime", extra=None)
-            require("onnx", backend="stt.cpu_decoder=onnxruntime", extra="cpu-onnx")  # the build writes the graphs
+            require("onnx", backend="stt.cpu_decoder=onnxruntime", extra=None)  # the build writes the graphs
             folder = Path(path) if Path(path, "model.bin").is_file() else \
                 Path(faster_whisper.utils.download_model(path, local_files_only=True))  # fetched by the load above
             self._greedy = GreedyDecoder(onnxruntime, built(folder, self.cache_dir), threads)
