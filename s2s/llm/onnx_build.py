@@ -38,7 +38,8 @@ def read_source(folder: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         raise ValueError(f"{folder}: model_type {config.get('model_type')!r}; llm=onnx writes {', '.join(FAMILIES)}")
     weights: dict[str, np.ndarray] = {}
     for path in sorted(folder.glob("*.safetensors")):
-        weights.update({name: value.astype(np.float32) for name, value in load_file(str(path)).items()})
+        loaded = load_file(str(path))
+        weights.update({name: value.astype(np.float32, copy=False) for name, value in loaded.items()})
     return config, weights
 
 
@@ -125,15 +126,15 @@ def graph(config: dict[str, Any], weights: dict[str, np.ndarray]) -> tuple[Any, 
 
 def build(source: Path, out: Path) -> None:
     """Write :data:`MODEL`, the tokenizer (saved by transformers), config.json and generation_config.json."""
-    from s2s import torch_support
+    out.mkdir(parents=True, exist_ok=True)
+    model, products = graph(*read_source(source))  # the float weights go once they are in the graph
+    save(model, products, out / MODEL)
+    del model
+    from s2s import torch_support  # transformers (and torch) only now: the weights are gone (a 0.5 GB lower peak)
 
     torch_support.repair_torchaudio()  # transformers imports torchaudio whenever it is installed
     from transformers import AutoTokenizer
 
-    config, weights = read_source(source)
-    out.mkdir(parents=True, exist_ok=True)
-    model, products = graph(config, weights)
-    save(model, products, out / MODEL)
     AutoTokenizer.from_pretrained(str(source)).save_pretrained(str(out))
     for name in ("config.json", "generation_config.json"):
         if (source / name).is_file():
