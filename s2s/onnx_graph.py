@@ -44,14 +44,12 @@ class Graph:
         return self.node("Add", [product, self.constant(label + "/bias", self.weight(prefix + "/bias")[rows])])
 
     def model(self, name: str, inputs: list[Any], outputs: list[Any]) -> Any:
-        from onnx import helper
-
-        from onnx import numpy_helper
+        from onnx import helper, numpy_helper
 
         graph = helper.make_graph(self.nodes, name, inputs, outputs)
-        for label, value in self.initializers:  # the weights' views (a transposed one among them) become tensors
+        for label, value in self.initializers:  # one tensor at a time, straight into the graph (no second copy)
             graph.initializer.add().CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value), label))
-        self.initializers = []  # each weight is held once, in the graph, and once by the caller's arrays
+        self.initializers = []
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                        helper.make_opsetid("com.microsoft", 1)], ir_version=9)
 

@@ -101,8 +101,9 @@ def test_device_auto_follows_the_platform(tmp_path):
         specs = validate(compose_config([f"platform={platform}", "llm=ctranslate2"], tmp_path))  # (onnx: the CPU)
         assert next(s for s in specs if s.group == "llm").kwargs["device"] == device
     specs = validate(compose_config(["platform=linux_cuda"], tmp_path))  # the default LLM: onnxruntime on the CPU
-    assert {s.group: s.kwargs.get("device") for s in specs if s.group in ("stt", "llm")} == {"stt": "cuda", "llm": "cpu"}
-    specs = validate(compose_config(["platform=linux_cuda", "llm.device=cpu"], tmp_path))
+    devices = {spec.group: spec.kwargs.get("device") for spec in specs}
+    assert (devices["stt"], devices["llm"]) == ("cuda", "cpu")
+    specs = validate(compose_config(["platform=linux_cuda", "llm=ctranslate2", "llm.device=cpu"], tmp_path))
     assert next(s for s in specs if s.group == "llm").kwargs["device"] == "cpu"  # the command line wins
 
 

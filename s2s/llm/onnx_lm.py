@@ -1,4 +1,4 @@
-"""Chat models on onnxruntime with 8-bit weights (``llm=onnx``), built once from the model's float weights.
+"""Chat models on onnxruntime with 8-bit weights (``llm=onnx``, the default), built once from the model's float weights.
 
 Everything but the model's runtime is ``llm=ctranslate2``'s (:class:`s2s.llm.ctranslate2_lm.CTranslate2LM`: the chat
 template, the static system prompt, tools, the calibration, the words' end-of-turn probability); the model is the
@@ -99,11 +99,12 @@ class OnnxLM(CTranslate2LM):
         self._states: dict[tuple[int, ...], tuple[dict[str, np.ndarray], int]] = {}
 
     def _last_log_probs(self, static: list[int], rest: list[int]) -> np.ndarray:
-        """From the static part's cache, the reply's own: the 8-bit products quantize their input rows with one
-        scale, and run with the system part, the first token's large activations set it for the user's words too.
-        So run, the end-of-turn probabilities of the 12 real complete statements fell to 0.04-0.41 ("Go somewhere
-        and do something." 0.04, transformers' float32 0.23); from the cache they are 0.14-0.70 (0.29), as float32's
-        0.10-0.67, and only the user's words are computed."""
+        """From the static part's cache (the reply's own), so that only the user's words are computed.
+
+        onnxruntime's 8-bit products quantize all the rows of their input with one scale. Run together with the
+        system part, whose first token has large activations, the user's words lost precision: the 12 real complete
+        statements' end-of-turn probabilities fell to 0.04-0.41 ("Go somewhere and do something." 0.04,
+        transformers' float32 0.23). From the cache they are 0.14-0.70 (0.29), as float32's 0.10-0.67."""
         cache, past = self._state(static)
         logits, _ = self._generator.run(rest, cache, past)
         return _log_softmax(logits)
