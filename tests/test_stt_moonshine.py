@@ -24,7 +24,6 @@ QUESTION = Path(__file__).resolve().parents[1] / "s2s" / "samples" / "question.w
 @pytest.fixture(scope="module")
 def stt(tmp_path_factory):
     pytest.importorskip("moonshine_cpp")
-    pytest.importorskip("onnx")
     stage = MoonshineSTT(at_pause=True, cache_dir=str(tmp_path_factory.mktemp("cache")))
     stage.setup()
     stage.warm_up()

@@ -21,7 +21,6 @@ def segment(rate: int = 16000, turn: int = 0, seconds: float = 1.0) -> SpeechSeg
 @pytest.fixture(scope="module")
 def onnx_dir(tmp_path_factory):
     pytest.importorskip("onnx_asr")
-    pytest.importorskip("onnx")
     return tiny_parakeet.build_onnx(tmp_path_factory.mktemp("parakeet") / "onnx")
 
 
@@ -43,7 +42,6 @@ GERMAN = "Ja, gerne. Ich möchte heute Abend einen Tisch für zwei Personen rese
 @pytest.fixture(scope="module")
 def detecting(tmp_path_factory):
     pytest.importorskip("onnx_asr")
-    pytest.importorskip("onnx")
     pytest.importorskip("lingua")
     folder = tiny_parakeet.build_onnx(tmp_path_factory.mktemp("parakeet") / "german", said=GERMAN)
     stage = ParakeetSTT(model=str(folder), backend="onnx", language=None)

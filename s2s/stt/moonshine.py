@@ -74,7 +74,7 @@ def pieces(samples: np.ndarray) -> list[np.ndarray]:
 
 def _convert(folder: Path, out: Path) -> None:
     """The conversion, which alone needs onnx (a start with the converted copy cached imports none of it)."""
-    require("onnx", backend="stt=moonshine", extra="moonshine")
+    require("onnx", backend="stt=moonshine", extra=None)
     moonshine_convert.convert(folder, out)
 
 
