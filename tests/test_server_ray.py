@@ -155,7 +155,7 @@ def test_a_killed_replica_ends_its_session_and_is_replaced_while_the_other_goes_
             assert new.until("response.done", 120).response.status == "completed"
     _, document = server.get("/v1/sessions")
     assert {"id": doomed_id, "replica": victim["replica"], "status": "replica_failed"} in document["sessions"]
-
+    server.wait_idle()  # both replicas held a session: the next test's would be refused until they are freed
 
 
 def test_a_killed_front_is_restarted_on_its_port_and_new_sessions_get_replies(server, espeak, tmp_path):
