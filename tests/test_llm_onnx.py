@@ -105,6 +105,34 @@ def test_the_system_prompt_state_is_computed_once_and_changes_no_token():
         stage.close()
 
 
+@pytest.mark.parametrize("scoring_first", [True, False])
+def test_the_words_scoring_and_the_reply_compute_the_users_words_once(native, scoring_first):
+    """The words' end-of-turn probability (in its own thread, beside the reply) and the reply share the cache after
+    the user's words: whichever comes first computes it, the other goes on from it, and each gets what it gets
+    alone, in either order."""
+    native.reset()
+    messages = native.chat_messages(weather_tools.CAPITAL)
+    native._words.clear()
+    alone = native.end_of_turn_probability(messages)
+    replied = "".join(piece for piece in native.stream(messages) if isinstance(piece, str))
+    static, rest = native.prompt(messages)
+    split = native._words_end(rest)
+    assert 0 < split < len(rest) - 2
+    native._words.clear()
+    runs = native._generator = Counted(native._generator)
+    try:
+        probability = native.end_of_turn_probability(messages) if scoring_first else None
+        pieces = native.stream(messages)
+        reply = [next(pieces)]
+        if not scoring_first:
+            probability = native.end_of_turn_probability(messages)
+        reply += [piece for piece in pieces if isinstance(piece, str)]
+    finally:
+        native._generator = runs.model
+    assert probability == alone and "".join(reply) == replied == weather_tools.CAPITAL_REPLY
+    assert runs.lengths[:2] == [split, len(rest) - split] and set(runs.lengths[2:]) == {1}  # the words once
+
+
 class Counted:
     """The built model (s2s.llm.onnx_lm.Model), the length of what each ``run`` is given noted; the model runs."""
 
@@ -142,7 +170,8 @@ def test_a_token_is_made_only_when_read_and_closing_the_reply_stops_it(rambler):
         for _ in range(5):
             next(pieces)
         made = len(runs.lengths)
-        assert 5 <= made < 15 and runs.lengths[0] > 1 and set(runs.lengths[1:]) == {1}  # the prompt, then tokens
+        # the user's words, the rest of the prompt, then a token per run
+        assert 5 <= made < 15 and min(runs.lengths[:2]) > 1 and set(runs.lengths[2:]) == {1}
         pieces.close()
         assert len(runs.lengths) == made
     finally:
@@ -151,13 +180,14 @@ def test_a_token_is_made_only_when_read_and_closing_the_reply_stops_it(rambler):
 
 def test_a_turns_own_token_cap_stops_the_reply_there(rambler):
     runs = rambler._generator = Counted(rambler._generator)
+    rambler._words.clear()  # an earlier reply's: the words are computed again
     try:
         rambler.context.plan_turn(0, max_tokens=12)
         list(rambler.process(Transcript("hello world", 0, "en")))
-        assert len(runs.lengths) == 12
+        assert len(runs.lengths) == 1 + 12  # the user's words, then a run per token (the first: the prompt's rest)
         runs.lengths.clear()
         list(rambler.process(Transcript("hello world", 1, "en")))
-        assert len(runs.lengths) == 400
+        assert len(runs.lengths) == 1 + 400
     finally:
         rambler._generator = runs.model
 

@@ -12,6 +12,8 @@ its first token after a 42-token prompt in 75-110 ms against 100-150 ms (README,
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +29,10 @@ from s2s.models import (build_in_child, build_once, cache_root, fingerprint, loc
                         model_threads)
 from s2s.onnx import cache_layout, cpu_session
 from s2s.stage import require
+from s2s.text import bare_words
 
 PACKAGED_CACHE = "smollm2-135m-instruct-onnx"
+WORDS_KEPT = 2  # caches after the user's words kept: the words' scoring and the reply share the turn's
 TOP_K = 50  # sampling (temperature above 0) draws from this many likeliest tokens, as llm=ctranslate2 does
 EXPECTED = (f"{PACKAGED_NAME} (packaged) or a local transformers folder of a Llama or Qwen2 model (config.json "
             "and *.safetensors; built once into cache_dir)")
@@ -97,6 +101,8 @@ class OnnxLM(CTranslate2LM):
         self._generator = Model(cpu_session(onnxruntime, path / MODEL, model_threads(self.threads, "cpu", path,
                                                                                     MODEL)))
         self._states: dict[tuple[int, ...], tuple[dict[str, np.ndarray], int]] = {}
+        self._words: OrderedDict[tuple[int, ...], tuple[np.ndarray, dict[str, np.ndarray]]] = OrderedDict()
+        self._computing = threading.RLock()  # the scoring's thread and the reply's take the words' cache in turn
 
     def _last_log_probs(self, static: list[int], rest: list[int]) -> np.ndarray:
         """From the static part's cache (the reply's own), so that only the user's words are computed.
@@ -105,31 +111,55 @@ class OnnxLM(CTranslate2LM):
         system part, whose first token has large activations, the user's words lost precision: the 12 real complete
         statements' end-of-turn probabilities fell to 0.04-0.41 ("Go somewhere and do something." 0.04,
         transformers' float32 0.23). From the cache they are 0.14-0.70 (0.29), as float32's 0.10-0.67."""
-        cache, past = self._state(static)
-        logits, _ = self._generator.run(rest, cache, past)
+        logits, _ = self._after_words(static, rest)
         return _log_softmax(logits)
+
+    def _after_words(self, static: list[int], words: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The logits and the cache after ``words`` (the chat up to the end of the user's words), run from the
+        static part's cache once per turn: the words' scoring (beside the reply, in its own thread) and the reply
+        share it, whichever comes first, so the user's words are computed once. Both then get the same numbers
+        whatever the order (the reply goes on from it with the rest of its prompt)."""
+        key = (*static, *words)
+        with self._computing:
+            if key not in self._words:
+                cache, past = self._state(static)
+                self._words[key] = self._generator.run(words, cache, past)
+                while len(self._words) > WORDS_KEPT:
+                    self._words.popitem(last=False)
+            logits, cache = self._words[key]
+        return logits.copy(), cache
+
+    def _words_end(self, rest: list[int]) -> int:
+        """Where the user's words end in a reply's prompt (``rest``, after the static part), as the words' scoring
+        cuts them: before the last end-of-turn token and the closing marks before it (0: no such end)."""
+        ends = [index for index, token in enumerate(rest) if token in self._end_ids]
+        end = ends[-1] if ends else 0
+        while end > 0 and not bare_words(self._tokenizer.tokenizer.decode([rest[end - 1]])):
+            end -= 1
+        return end
 
     def _state(self, static: list[int]) -> tuple[dict[str, np.ndarray], int]:
         """The cache after the static system part, computed once per part (no part: empty)."""
         if not static:
             return self._generator.empty(), 0
         key = tuple(static)
-        if key not in self._states:
-            _, cache = self._generator.run(static, self._generator.empty(), 0)
-            self._states[key] = cache, len(static)
-            self._cached.add(key)
-        return self._states[key]
+        with self._computing:
+            if key not in self._states:
+                _, cache = self._generator.run(static, self._generator.empty(), 0)
+                self._states[key] = cache, len(static)
+                self._cached.add(key)
+            return self._states[key]
 
     def _generate(self, static: list[int], rest: list[int],
                   max_tokens: int) -> tuple[Iterator[tuple[str, float] | Capped], list[int]]:
         """As :meth:`CTranslate2LM._generate`, but generated as the reader asks: a token per ``next``."""
-        cache, past = self._state(static)
         decode, count, model = self._tokenizer.decoder(), [0], self._generator
         random = np.random.default_rng() if self.temperature > 0 else None
 
         def tokens() -> Iterator[tuple[str, float] | Capped]:
-            nonlocal cache, past
-            given, said = rest, []
+            split = self._words_end(rest)  # the user's words: their cache is the words' scoring's
+            cache = self._after_words(static, rest[:split])[1] if split else self._state(static)[0]
+            past, given, said = len(static) + split, rest[split:], []
             while count[0] < max_tokens:
                 logits, cache = model.run(given, cache, past)
                 past += len(given)
@@ -153,7 +183,7 @@ class OnnxLM(CTranslate2LM):
 
     def close(self) -> None:
         super().close()
-        self._states = {}
+        self._states, self._words = {}, OrderedDict()
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model_name, "device": "cpu (onnxruntime, 8-bit weights)",
