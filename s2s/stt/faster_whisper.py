@@ -19,7 +19,6 @@ from s2s import sharing
 from s2s.sharing import shared_model
 from s2s.stage import require
 from s2s.stt.base import STTStage, repeats_itself
-from s2s.stt.incremental import HEAD
 from s2s.languages import WHISPER_LANGUAGES
 
 log = logging.getLogger(__name__)
@@ -123,8 +122,7 @@ class FasterWhisperSTT(STTStage):
         at_pause: decode the utterance when the speech pauses (``vad.speech_pad_ms`` of silence), if that comes
             before the turn's segment (``vad.speculative_silence_ms``; with the default 64 ms the segment comes
             first and is itself the pass): the same audio, so the turn's transcript is then made or under way when
-            the turn starts. Each pause inside a sentence costs one pass, and its tokens draft the next decode of
-            the utterance (``cpu_decoder=onnxruntime``: checked in one run, :mod:`s2s.stt.whisper_onnx`).
+            the turn starts. Each pause inside a sentence costs one pass.
         cache_dir: where a packaged model in parts (``base``) is joined once (null: the user cache folder).
     """
 
@@ -153,7 +151,6 @@ class FasterWhisperSTT(STTStage):
         self._model: Any = None
         self._greedy: Any = None  # the onnxruntime decoder (cpu_decoder=onnxruntime on the CPU)
         self._heard: tuple[int, Any] | None = None  # the last window encoded: its samples' length, its encoding
-        self._drafted: tuple[Any, list[int]] | None = None  # the last onnxruntime decode: its first samples, tokens
         self._closers: list[int] | None = None  # the text tokens that close a sentence (sentence_end), once
 
     @classmethod
@@ -253,13 +250,8 @@ class FasterWhisperSTT(STTStage):
 
         def decode(beams: int) -> tuple[float, list[int], str, float, bool]:
             if beams == 1 and self._greedy is not None and not prefix:  # cpu_decoder=onnxruntime
-                # a pass over the start of this utterance (at a pause) gives the draft: its tokens are checked in
-                # one run, and only the rest is made a token at a time
-                head, draft = self._drafted or (None, [])
-                same = head is not None and np.array_equal(np.asarray(samples[:HEAD]), head)
                 made = self._greedy.decode(np.asarray(encoded), prompt, self._vocabulary(tokenizer), suppressed,
-                                           longest - len(prompt), FIRST_TIMESTAMP, draft if same else ())
-                self._drafted = np.array(samples[:HEAD]), made.tokens
+                                           longest - len(prompt), FIRST_TIMESTAMP)
                 tokens, confidence, no_speech = made.tokens, made.confidence, made.no_speech
             else:
                 [result] = model.model.generate(encoded, [prompt], beam_size=beams, max_length=longest,
@@ -338,7 +330,7 @@ class FasterWhisperSTT(STTStage):
         return self._closers
 
     def close(self) -> None:
-        self._model, self._heard, self._greedy, self._drafted = None, None, None, None
+        self._model, self._heard, self._greedy = None, None, None
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model_name, "device": self.device}

@@ -9,16 +9,13 @@ features' encoding (and any beam search); this module decodes greedily from it o
   in pairs and never going back, and a timestamp wherever all of them together are likelier than the likeliest
   word;
 - the average log-probability per token (the end counted) and the probability of ``<|nospeech|>`` at the start,
-  as faster-whisper reads them from CTranslate2's result;
-- a draft: an earlier pass's tokens over the start of the same utterance (``stt.at_pause``), checked in one run
-  instead of a step per token.
+  as faster-whisper reads them from CTranslate2's result.
 
 On the 12 real recordings the words were CTranslate2's on every one, and the decode took 0.67x as long (an AVX2
 EPYC, one thread, 10 s window).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,16 +53,9 @@ class GreedyDecoder:
         self.layers, self.heads, self.size = cache_layout(self.step)
 
     def decode(self, encoded: np.ndarray, prompt: list[int], vocabulary: Vocabulary, suppressed: list[int],
-               longest: int, first_timestamp: int, draft: Sequence[int] = ()) -> Greedy:
+               longest: int, first_timestamp: int) -> Greedy:
         """Greedy tokens after ``prompt`` over the encoder's output ``encoded`` ([1, frames, width]), at most
-        ``longest`` of them.
-
-        ``draft``: tokens the decode is expected to start with (an earlier pass's over the start of the same
-        utterance). They go through the decoder with the prompt, in one run, and each position's choice is made
-        from that run's scores as a step would make it: the draft's tokens are kept while they are the choice, and
-        the decode goes on a token at a time from the first that is not (the cache cut back to it). The tokens are
-        the greedy decode's; one run over many positions costs about what a few steps do.
-        """
+        ``longest`` of them."""
         cross = self.cross.run(None, {"encoder_output": np.ascontiguousarray(encoded, dtype=np.float32)})
         empty = np.zeros((1, self.heads, 0, self.size), np.float32)
         feed: dict[str, Any] = {}
@@ -73,34 +63,24 @@ class GreedyDecoder:
             feed[f"cross_k_{layer}"], feed[f"cross_v_{layer}"] = cross[2 * layer], cross[2 * layer + 1]
             feed[f"past_k_{layer}"] = feed[f"past_v_{layer}"] = empty
         suppressed_ids = np.array(sorted(set(suppressed) | {vocabulary.no_timestamps}), np.int64)
-        guess = list(draft[:max(0, longest - 1)])
-        given, past, tokens, total, no_speech = [*prompt, *guess], 0, [], 0.0, 0.0
+        given, past, tokens, total, no_speech = list(prompt), 0, [], 0.0, 0.0
         while True:
             count = len(given)
             feed.update(tokens=np.array([given], np.int64),
                         positions=np.arange(past, past + count, dtype=np.int64)[None],
                         mask=np.triu(np.full((count, past + count), -np.inf, np.float32), k=past + 1))
             logits, *cache = self.step.run(None, feed)
+            for layer in range(self.layers):
+                feed[f"past_k_{layer}"], feed[f"past_v_{layer}"] = cache[2 * layer], cache[2 * layer + 1]
             if not past:
                 no_speech = _chance(logits[0, prompt.index(vocabulary.start)], vocabulary.no_speech)
-            first = count - 1 - len(guess)  # the row that chooses the first token not given yet
-            for row in range(first, count):
-                scores = logits[0, row]
-                scores[suppressed_ids] = -np.inf
-                _timestamp_rules(scores, tokens, vocabulary, first_timestamp)
-                top = scores.max()
-                token = int(scores.argmax())
-                total += float(scores[token] - (top + np.log(np.exp(scores - top, dtype=np.float64).sum())))
-                if token == vocabulary.end or row + 1 == count or token != given[row + 1]:
-                    break  # the end, a token not given, or the draft goes another way: later positions go
-                tokens.append(token)  # the draft's token is the choice
-            kept = past + row + 1
-            for layer in range(self.layers):
-                for kind, index in (("k", 2 * layer), ("v", 2 * layer + 1)):
-                    grown = cache[index]
-                    feed[f"past_{kind}_{layer}"] = grown if grown.shape[2] == kept else \
-                        np.ascontiguousarray(grown[:, :, :kept])
-            past, guess = kept, []
+            past += count
+            scores = logits[0, -1]
+            scores[suppressed_ids] = -np.inf
+            _timestamp_rules(scores, tokens, vocabulary, first_timestamp)
+            top = scores.max()
+            token = int(scores.argmax())
+            total += float(scores[token] - (top + np.log(np.exp(scores - top, dtype=np.float64).sum())))
             if token == vocabulary.end:
                 break
             tokens.append(token)
