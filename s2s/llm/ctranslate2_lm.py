@@ -271,13 +271,17 @@ class CTranslate2LM(CalibratedReplies, TemplateTools, LLMStage):
         chat = [*messages[:-1], {**messages[-1], "content": text}]
         ids = self._tokenizer.encode(self._tokenizer.render(chat, add_generation_prompt=False,
                                                             **self.template_switches()))
-        ends = [index for index, token in enumerate(ids) if token in self._end_ids]
-        if not ends:  # a template with no end-of-turn token after the user's words cannot be scored
+        end = self._last_end(ids)
+        if end is None:  # a template with no end-of-turn token after the user's words cannot be scored
             return None
         import numpy as np
 
-        static, rest = self._split(chat, ids[:ends[-1]], None)
+        static, rest = self._split(chat, ids[:end], None)
         return float(np.exp(self._last_log_probs(static, rest)[self._sentence_ends]).sum())
+
+    def _last_end(self, ids: list[int]) -> int | None:
+        """Where the last end-of-turn token is in ``ids`` (the one that closes the user's words), None without one."""
+        return next((index for index in range(len(ids) - 1, -1, -1) if ids[index] in self._end_ids), None)
 
     def _last_log_probs(self, static: list[int], rest: list[int]) -> Any:
         """The model's log-probabilities of the token after ``static`` (the system part, or []) and ``rest`` (a

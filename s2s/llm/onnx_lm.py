@@ -132,8 +132,7 @@ class OnnxLM(CTranslate2LM):
     def _words_end(self, rest: list[int]) -> int:
         """Where the user's words end in a reply's prompt (``rest``, after the static part), as the words' scoring
         cuts them: before the last end-of-turn token and the closing marks before it (0: no such end)."""
-        ends = [index for index, token in enumerate(rest) if token in self._end_ids]
-        end = ends[-1] if ends else 0
+        end = self._last_end(rest) or 0
         while end > 0 and not bare_words(self._tokenizer.tokenizer.decode([rest[end - 1]])):
             end -= 1
         return end
