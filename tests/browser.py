@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from realtime_server import open_websocket
+
 BINARIES = ("chromium", "chromium-browser", "google-chrome")
 LISTENING = re.compile(r"DevTools listening on (ws://\S+)")
 
@@ -44,8 +46,6 @@ class Chromium:
 
     def __init__(self, binary: str, user_data_dir: Path, fake_audio: Path, microphone: bool = True,
                  start_timeout_s: float = 60) -> None:
-        from websockets.sync.client import connect
-
         command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
                    "--no-proxy-server", f"--user-data-dir={user_data_dir}",
@@ -63,7 +63,7 @@ class Chromium:
         if url is None:
             self.close()
             raise CDPError("chromium did not open its DevTools socket:\n" + "".join(self.log[-40:]))
-        self.socket = connect(url, max_size=64 * 2**20, open_timeout=20)
+        self.socket = open_websocket(url, max_size=64 * 2**20, open_timeout=20)
         self._ids = itertools.count(1)
         self._replies: dict[int, queue.Queue[dict[str, Any]]] = {}
         self._lock = threading.Lock()

@@ -135,6 +135,14 @@ class Events:
         return [event for event in self.all if event.type == kind]
 
 
+def open_websocket(url: str, **options: Any) -> Any:
+    """``websockets``' sync client connection, open, that the caller closes: entered as a context manager, the way
+    websockets 17 asks (it warns about a bare ``connect()`` and will stop returning a connection from it)."""
+    from websockets.sync.client import connect
+
+    return connect(url, **options).__enter__()
+
+
 def pcm16(path: Path, rate: int = RATE, trailing_silence_s: float = 1.5) -> np.ndarray:
     samples = audio.read_audio(path, rate)
     return audio.float_to_int16(np.concatenate([samples, audio.silence(trailing_silence_s, rate)]))

@@ -10,14 +10,14 @@ import json
 import os
 
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from s2s.api import Server
 from s2s.server.ray_app import LoopThread
 from s2s.server.relay import RESTART_CLOSE, Relay
 from s2s.server.settings import read_settings
 
-websockets_sync = pytest.importorskip("websockets.sync.client")
-ConnectionClosed = pytest.importorskip("websockets.exceptions").ConnectionClosed
 CLIENT_KEY, REPLICA_KEY = "client-key-0123456789abcdef", "replica-key-0123456789abcdef"
 
 
@@ -31,9 +31,8 @@ def test_a_stopping_front_tells_each_relayed_client_to_connect_again(tmp_path):
                             "refused": 0})
         loop = LoopThread("test-front", front.run)
         port = loop.start()
-        with websockets_sync.connect(f"ws://127.0.0.1:{port}/v1/realtime",
-                                     additional_headers={"Authorization": f"Bearer {CLIENT_KEY}"},
-                                     open_timeout=10) as client:
+        with connect(f"ws://127.0.0.1:{port}/v1/realtime", additional_headers={"Authorization": f"Bearer {CLIENT_KEY}"},
+                     open_timeout=10) as client:
             assert json.loads(client.recv(timeout=30))["type"] == "session.created"
             loop.stop()  # what Serve's graceful shutdown of the front does
             events = []

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from realtime_server import API_KEY, Events, RunningServer, openai_client, pcm16, reply_audio, send_speech
+from realtime_server import (API_KEY, Events, RunningServer, open_websocket, openai_client, pcm16, reply_audio,
+                             send_speech)
 
 pytest.importorskip("websockets")
 pytest.importorskip("openai")
@@ -209,9 +210,7 @@ def plan(rng: random.Random, count: int) -> list[tuple[str, str | bytes, tuple[s
 
 # ---------------------------------------------------------------------------------------------- the clients
 def raw_connect(server: RunningServer, **options):
-    from websockets.sync.client import connect
-
-    return connect(server.url, additional_headers={"Authorization": f"Bearer {API_KEY}"}, max_size=None,
+    return open_websocket(server.url, additional_headers={"Authorization": f"Bearer {API_KEY}"}, max_size=None,
                    open_timeout=WAIT_S, close_timeout=2, **options)
 
 

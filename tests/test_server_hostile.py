@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from realtime_server import API_KEY, RunningServer
+from realtime_server import API_KEY, RunningServer, open_websocket
 from s2s.server.client_log import LINES_PER_MINUTE, QUOTE_CHARS, quote
 
 pytest.importorskip("websockets")
@@ -30,10 +30,8 @@ class Client:
     """A raw WebSocket client whose events are read in a thread (``events``), so sends never wait on reads."""
 
     def __init__(self, server: RunningServer, reading: bool = True) -> None:
-        from websockets.sync.client import connect
-
         # max_queue: a client that does not read stops taking frames off its socket after this many
-        self.connection = connect(server.url, additional_headers={"Authorization": f"Bearer {API_KEY}"},
+        self.connection = open_websocket(server.url, additional_headers={"Authorization": f"Bearer {API_KEY}"},
                                   max_size=None, max_queue=4)
         self.events: queue.Queue[dict | None] = queue.Queue()
         if reading:

@@ -16,8 +16,8 @@ import time
 import pytest
 import soundfile
 
-from realtime_server import (API_KEY, ROOT, Events, RunningServer, openai_client, pcm16, reply_audio,
-                             send_speech)
+from realtime_server import (API_KEY, ROOT, Events, RunningServer, open_websocket, openai_client, pcm16,
+                             reply_audio, send_speech)
 
 pytest.importorskip("websockets")
 pytest.importorskip("openai")
@@ -234,9 +234,7 @@ def test_barge_in_cancels_the_reply_and_the_new_turn_is_answered(server, speech)
 
 
 def test_a_client_that_vanishes_mid_reply_frees_its_session(server, speech):
-    from websockets.sync.client import connect as raw_connect
-
-    socket = raw_connect(server.url + "?model=m", additional_headers={"Authorization": f"Bearer {API_KEY}"},
+    socket = open_websocket(server.url + "?model=m", additional_headers={"Authorization": f"Bearer {API_KEY}"},
                          max_size=None)
     samples = pcm16(speech["long"])
     for start in range(0, len(samples), 2400):

@@ -195,27 +195,34 @@ async def listen(handler: Callable[[Any], Awaitable[None]], settings: ServerSett
     ``secrets`` are the client secrets that stand for the API key. ``on_listening`` gets the bound port
     (``port: 0`` picks one).
     """
-    from websockets.asyncio.server import Server, ServerConnection
+    from websockets.asyncio.server import ServerConnection, serve
     from websockets.server import ServerProtocol
 
     logging.getLogger("websockets.server").addFilter(CLIENT_HANDSHAKE_FILTER)  # once: a logger holds a filter once
-    server = Server(handler, process_request=lambda connection, request: route(request, settings, read_outs,
-                                                                                secrets))
-
-    def websocket() -> ServerConnection:  # what websockets.serve() makes per connection, with our settings
-        def choose(protocol: ServerProtocol, offered: Any) -> str | None:
-            return _select_subprotocol(connection, offered)
-
-        connection = ServerConnection(ServerProtocol(select_subprotocol=choose,
-                                                     max_size=settings.max_frame_bytes * FRAME_HARD_CAP), server)
-        return connection
-
     answering: set[asyncio.Task[None]] = set()
-    listening = await asyncio.get_running_loop().create_server(lambda: FrontProtocol(websocket, app, answering),
-                                                               settings.host, settings.port)
-    server.wrap(listening)
+
+    def front(_: Any, server: Any, **options: Any) -> FrontProtocol:
+        """``serve()``'s ``create_connection``: the front first; a ``GET`` becomes a ``websockets`` connection.
+
+        Its own sans-I/O protocol (not ``serve()``'s, whose subprotocol choice asks the connection it is made for)
+        holds our subprotocol answer and frame cap; ``options`` are ``serve()``'s keepalive and queue settings.
+        """
+        def websocket() -> ServerConnection:
+            def choose(protocol: ServerProtocol, offered: Any) -> str | None:
+                return _select_subprotocol(connection, offered)
+
+            connection = ServerConnection(ServerProtocol(select_subprotocol=choose,
+                                                         max_size=settings.max_frame_bytes * FRAME_HARD_CAP),
+                                          server, **options)
+            return connection
+
+        return FrontProtocol(websocket, app, answering)
+
+    # serve()'s own hook, in websockets 13 to 17 alike (17 changed Server's constructor, and Server.wrap went)
+    server = await serve(handler, settings.host, settings.port, compression=None, create_connection=front,
+                         process_request=lambda connection, request: route(request, settings, read_outs, secrets))
     try:
-        on_listening(listening.sockets[0].getsockname()[1])
+        on_listening(server.sockets[0].getsockname()[1])
         await stop.wait()
     finally:
         for task in list(answering):
