@@ -22,14 +22,16 @@ class FileSource(Source):
         path: the speech file.
         sample_rate: rate of the emitted chunks (the pipeline's rate).
         chunk_ms: length of each chunk.
-        realtime: pace chunks at the speed of speech (as a microphone would) instead of as fast as possible.
+        realtime: pace chunks at the speed of speech, as a microphone would, so the turn is timed as a user meets
+            it; False reads the file as fast as possible (a batch job: its voice-to-voice is not a user's, the
+            silence after the speech passes faster than the models' work).
         trailing_silence_ms: silence appended so the VAD sees the last utterance end.
     """
 
     emits = (AudioChunk,)
 
     def __init__(self, path: Annotated[str, MUST_EXIST], sample_rate: Annotated[int, RATE] = 16000,
-                 chunk_ms: Annotated[int, Range(1, 1000)] = 32, realtime: bool = False,
+                 chunk_ms: Annotated[int, Range(1, 1000)] = 32, realtime: bool = True,
                  trailing_silence_ms: Annotated[int, Range(0, 60000)] = 1000) -> None:
         self.path = Path(path).expanduser()
         self.sample_rate = sample_rate
