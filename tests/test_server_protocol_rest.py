@@ -199,7 +199,10 @@ def test_idle_timeout_prompts_a_silent_user_after_the_reply_and_speech_holds_it_
 
 def test_over_websocket_a_cancelled_reply_ends_with_response_done_and_no_output_buffer_event(server):
     """output_audio_buffer.* is WebRTC's (the server plays the audio there); a WebSocket client owns playback."""
-    long = "Please tell me a long story about a small brown dog, a tall green tree and a quiet old house."
+    # llm=echo says it back: five sentences, each its own speech request, so the cancel lands before the last
+    # (one sentence could be spoken whole before the cancel arrived, and the reply completed)
+    long = ("Please tell me a long story about a small brown dog. It lives under a tall green tree. The tree stands "
+            "beside a quiet old house. A river runs past the house to the sea. The dog swims in it every morning.")
     with connect(server) as connection:
         events = Events(connection)
         events.until("session.created", 30)
