@@ -16,7 +16,7 @@ from s2s import audio
 from s2s.bench.recognition import RATES, SENTENCES, VOICES
 from s2s.bench.speech import espeak, espeak_available
 from s2s.messages import SpeechSegment, Transcript, TurnEnd
-from s2s.stt.faster_whisper import FasterWhisperSTT
+from s2s.stt.faster_whisper import BEST_OF, HOTTER, LOW_LOGPROB, FasterWhisperSTT
 
 pytestmark = pytest.mark.slow
 MIN_WORDS_HEARD = 0.85  # of every word of every sentence in every voice and rate
@@ -108,14 +108,21 @@ def test_silence_gives_no_words_and_ends_the_turn():
 
 
 class CountedDecodes:
-    """CTranslate2's Whisper model, every ``generate`` call's beam size noted (the library does the work)."""
+    """CTranslate2's Whisper model, every ``generate`` call's beam size, temperature, samples, window and best
+    score noted (the library does the work)."""
 
     def __init__(self, model):
-        self.model, self.beams = model, []
+        self.model, self.beams, self.hotter, self.windows, self.best = model, [], [], [], []
 
-    def generate(self, *args, **kwargs):
+    def generate(self, features, *args, **kwargs):
         self.beams.append(kwargs["beam_size"])
-        return self.model.generate(*args, **kwargs)
+        if "sampling_temperature" in kwargs:
+            self.hotter.append((kwargs["sampling_temperature"], kwargs["num_hypotheses"]))
+        self.windows.append(features.shape[1])
+        [result] = self.model.generate(features, *args, **kwargs)
+        tokens = len(result.sequences_ids[0])
+        self.best.append(result.scores[0] * tokens / (tokens + 1))
+        return [result]
 
     def __getattr__(self, name):
         return getattr(self.model, name)
@@ -133,3 +140,27 @@ def test_greedy_first_decodes_again_with_beams_only_below_its_confidence(beam_be
     [out] = list(stage.process(SpeechSegment(question, 16000, 0, 0.0, 2.0)))
     assert spy.beams == beams
     assert set(words("What is the capital of France?")) <= set(words(out.text)), out.text
+
+
+def reversed_question():
+    """The bundled question played backwards: speech-like sound with no words, which tiny.en decodes with an
+    average log-probability under faster-whisper's -1 at every temperature (-1.2 to -1.5 measured)."""
+    from s2s.resolvers import sample
+
+    return audio.read_audio(sample("question.wav"), 16000)[::-1].copy()
+
+
+@pytest.mark.parametrize(("retry_s", "most"), [(None, len(HOTTER)), (1e-9, 1), (0.0, 0)])
+def test_an_unsure_decode_is_retried_hotter_in_its_own_window_within_retry_s(retry_s, most):
+    """stt.retry_s: faster-whisper's temperature fallback (the best of BEST_OF samples at each temperature, in
+    order, until one is sure), in the 10 s window the turn was encoded in, never faster-whisper's own 30 s one;
+    each retry starts only if it fits the budget (1e-9: the first one alone; 0: none)."""
+    stage = default_stt(retry_s=retry_s, cpu_decoder="ctranslate2")
+    spy = stage._model.model = CountedDecodes(stage._model.model)
+    [out] = list(stage.process(SpeechSegment(reversed_question(), 16000, 0, 0.0, 2.0)))
+    assert spy.beams[:2] == [1, 5] and spy.best[1] < LOW_LOGPROB  # greedy, then beams: both unsure
+    tried = len(spy.hotter)
+    assert spy.hotter == [(temperature, BEST_OF) for temperature in HOTTER[:tried]]
+    assert tried == most or retry_s is None and spy.best[-1] >= LOW_LOGPROB  # stopped when one was sure
+    assert set(spy.windows) == {10 * 16000 // 160 // 2}  # the encoded 10 s window: 500 frames
+    assert isinstance(out, (Transcript, TurnEnd))

