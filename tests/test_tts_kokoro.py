@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from s2s.audio import sound_bounds
 from s2s.config import validate
 from s2s.config_errors import ConfigErrors
 from s2s.messages import ReplyAudio, ReplyText
@@ -42,6 +43,12 @@ def voice_pack(folder, name):
     return torch.load(folder / "voices" / f"{name}.pt", weights_only=True)
 
 
+def sounding(chunks) -> int:
+    """How many blocks hold sound. Kokoro adds noise when it synthesizes (its source module's randn), so a random
+    model's segment may end on a quiet sample: the chunk's trimmed silent tail then comes as a block of its own."""
+    return sum(sound_bounds(chunk.samples) is not None for chunk in chunks)
+
+
 def synthesize(stage, text, language, turn=0):
     chunks = list(stage.process(ReplyText(text, turn=turn, language=language)))
     assert chunks and all(isinstance(c, ReplyAudio) and c.sample_rate == 24000 and c.turn == turn for c in chunks)
@@ -62,7 +69,7 @@ def torch_stage(torch_model, kokoro):
 def test_torch_streams_and_follows_the_turn_language(torch_stage, torch_model, kokoro, monkeypatch):
     infer = spy(monkeypatch, kokoro.KPipeline, "infer")  # (model, phonemes, voice pack, speed) per segment
     chunks = synthesize(torch_stage, "Hello world.\nHello world.", "en")
-    assert len(chunks) == 2 and len(infer) == 2  # one streamed block per segment
+    assert sounding(chunks) == 2 and len(infer) == 2  # one streamed block per segment
     model, phonemes, pack, speed = infer[0].args
     assert phonemes == ENGLISH_PHONEMES and speed == 1.25
     assert pack.equal(voice_pack(torch_model, "af_heart"))  # the name resolved to the model folder's voices/
@@ -123,7 +130,7 @@ def test_mlx_backend_streams_through_mlx_audio(mlx_model, monkeypatch):
     stage.setup()
     assert stage.describe()["model"] == str(mlx_model)
     chunks = synthesize(stage, "Hi.\nHi.", "en")
-    assert len(chunks) == 2 and len(infer) == 2
+    assert sounding(chunks) == 2 and len(infer) == 2
     _, phonemes, pack, speed = infer[0].args
     assert phonemes == "hˈI." and speed == 0.8
     assert mx.array_equal(pack, mx.load(str(mlx_model / "voices" / "af_heart.safetensors"))["voice"])
