@@ -127,9 +127,7 @@ def graph(config: dict[str, Any], weights: dict[str, np.ndarray]) -> tuple[Any, 
 def build(source: Path, out: Path) -> None:
     """Write :data:`MODEL`, the tokenizer (saved by transformers), config.json and generation_config.json."""
     out.mkdir(parents=True, exist_ok=True)
-    model, products = graph(*read_source(source))  # the float weights go once they are in the graph
-    save(model, products, out / MODEL)
-    del model
+    save(lambda: graph(*read_source(source)), out / MODEL)  # the float weights go once they are in the graph
     from s2s import torch_support  # transformers (and torch) only now: the weights are gone (a 0.5 GB lower peak)
 
     torch_support.repair_torchaudio()  # transformers imports torchaudio whenever it is installed
