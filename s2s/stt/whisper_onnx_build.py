@@ -180,7 +180,7 @@ def build(folder: Path, out: Path) -> None:
     heads = int(weights["decoder/num_heads"])
     out.mkdir()
     for name, make in (("cross.onnx", _cross), ("step.onnx", _step)):
-        save(lambda: make(weights, heads), out / name)  # noqa: B023 (called at once)
+        save(lambda: make(weights, heads), out / name)  # save calls it at once, in this iteration
 
 
 def built(folder: Path, cache_dir: str | None) -> Path:
