@@ -6,8 +6,6 @@ them, one row per output.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,49 +32,80 @@ class Graph:
     def weight(self, name: str) -> np.ndarray:
         return np.asarray(self.weights[name], dtype=np.float32)
 
-    def linear(self, x: str, prefix: str, rows: slice = slice(None)) -> str:
+    def product(self, x: str, label: str, weight: np.ndarray, outputs: list[str] | None = None,
+                quantized: bool = True) -> str:
+        """``x`` times ``weight`` ([inputs, outputs]), kept as ``label``; :meth:`model` quantizes it."""
+        made = self.node("MatMul", [x, self.constant(label, weight)], outputs)
+        if quantized:
+            self.products.append(self.nodes[-1].name)
+        return made
+
+    def linear(self, x: str, prefix: str, rows: slice = slice(None), quantized: bool = True) -> str:
         """``x`` through the layer ``prefix`` (``prefix/weight``, one row per output, and ``prefix/bias`` if there
-        is one), or through its ``rows``; the product is quantized by :func:`save`."""
+        is one), or through its ``rows``; ``quantized``: its product is 8-bit (:meth:`model`)."""
         label = f"{prefix}[{rows.start}:{rows.stop}]"
-        product = self.node("MatMul", [x, self.constant(label + "/weight", self.weight(prefix + "/weight")[rows].T)])
-        self.products.append(self.nodes[-1].name)
+        product = self.product(x, label + "/weight", self.weight(prefix + "/weight")[rows].T, quantized=quantized)
         if prefix + "/bias" not in self.weights:
             return product
         return self.node("Add", [product, self.constant(label + "/bias", self.weight(prefix + "/bias")[rows])])
 
     def model(self, name: str, inputs: list[Any], outputs: list[Any]) -> Any:
+        """The model, its :attr:`products` quantized as onnxruntime's dynamic quantizer does it (``quantize_dynamic``
+        with unsigned 8-bit weights and a scale per output column: the same numbers, the same operators, which
+        onnxruntime fuses into ``DynamicQuantizeMatMul``), written here so that the float model never exists whole:
+        onnxruntime's quantizer read it back from a file (SmolLM2-135M's build from its float weights peaked at
+        2.27 GB that way and took 35 s; 1.29 GB and 11 s here, the same model to the bit)."""
         from onnx import helper, numpy_helper
 
-        graph = helper.make_graph(self.nodes, name, inputs, outputs)
+        products = set(self.products)
+        weights = {node.input[1] for node in self.nodes if node.name in products}
+        graph = helper.make_graph(_quantized_nodes(self.nodes, products), name, inputs, outputs)
         for label, value in self.initializers:  # one tensor at a time, straight into the graph (no second copy)
-            graph.initializer.add().CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value), label))
+            tensors = quantized_columns(value, label) if label in weights else {label: value}
+            for tensor_label, tensor in tensors.items():
+                graph.initializer.add().CopyFrom(numpy_helper.from_array(np.ascontiguousarray(tensor), tensor_label))
         self.initializers = []
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                        helper.make_opsetid("com.microsoft", 1)], ir_version=9)
 
 
-def save(make: Callable[[], tuple[Any, list[str]]], target: Path) -> None:
-    """The model ``make`` builds, saved to ``target``, its weight products (the names ``make`` gives with it)
-    quantized by onnxruntime's dynamic quantizer to unsigned 8 bits with a scale per output column (one per row, as
-    CTranslate2 keeps them; exact on every CPU: onnxruntime's signed weights saturate without VNNI, its
-    documentation). No products: saved as it is. With products, the model is dropped once written, before the
-    quantizer reads it back from the file, so that its weights are in memory once: ``save`` holds the only
-    reference, and protobuf frees a message's memory only with the whole message (dropping its initializers alone
-    left SmolLM2-135M's build at a 2.9 GB peak; 1.9 GB without the model, the quantizer's own)."""
-    import onnx
+def quantized_columns(weight: np.ndarray, label: str) -> dict[str, np.ndarray]:
+    """``weight`` ([inputs, outputs], float32) as unsigned 8 bits with a scale and zero point per output column,
+    by onnxruntime's rules (``quantize_data``, asymmetric, the range widened to hold 0; exact on every CPU:
+    onnxruntime's signed weights saturate without VNNI, its documentation), named as its quantizer names them."""
+    weight = np.asarray(weight, dtype=np.float32)
+    low = np.minimum(weight.min(axis=0), np.float32(0))
+    high = np.maximum(weight.max(axis=0), np.float32(0))
+    step = (high.astype(np.float64) - low.astype(np.float64)) / 255.0
+    flat = step < np.finfo(np.float32).tiny  # an all-zero column: scale 1, zero point 0
+    zero = np.where(flat, 0.0, np.round(-low / np.where(flat, 1.0, step))).astype(np.uint8)
+    scale = np.where(flat, 1.0, step).astype(np.float32)
+    levels = np.clip((weight / scale).round() + zero, 0, 255).astype(np.uint8)
+    return {f"{label}_quantized": levels, f"{label}_scale": scale, f"{label}_zero_point": zero}
 
-    model, products = make()
-    if not products:
-        onnx.save(model, str(target))
-        return
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    plain = target.with_name(target.name + ".float.tmp")
-    weights = plain.with_name(plain.name + ".data")  # a model over 2 GB of protobuf keeps its weights apart
-    onnx.save(model, str(plain), save_as_external_data=True, location=weights.name)
-    del model
-    quantize_dynamic(str(plain), str(target), weight_type=QuantType.QUInt8, per_channel=True,
-                     op_types_to_quantize=["MatMul"], nodes_to_quantize=products,
-                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-    plain.unlink()
-    weights.unlink()
+def _quantized_nodes(nodes: list[Any], products: set[str]) -> list[Any]:
+    """``nodes`` with each product ``MatMul`` made onnxruntime's dynamic 8-bit pattern: its input quantized once
+    (``DynamicQuantizeLinear``, shared by the products of one input), ``MatMulInteger`` with the weight's columns,
+    and the two scales multiplied back."""
+    from onnx import TensorProto, helper
+
+    made: list[Any] = []
+    quantized: dict[str, list[str]] = {}  # an input -> its quantized value, scale and zero point
+    for node in nodes:
+        if node.name not in products:
+            made.append(node)
+            continue
+        x, weight = node.input
+        if x not in quantized:
+            quantized[x] = [f"{x}_quantized", f"{x}_scale", f"{x}_zero_point"]
+            made.append(helper.make_node("DynamicQuantizeLinear", [x], quantized[x], name=f"{x}_QuantizeLinear"))
+        x_q, x_scale, x_zero = quantized[x]
+        name, out = node.name, node.output[0]
+        made += [helper.make_node("MatMulInteger", [x_q, f"{weight}_quantized", x_zero, f"{weight}_zero_point"],
+                                  [f"{name}_integer"], name=f"{name}_quant"),
+                 helper.make_node("Cast", [f"{name}_integer"], [f"{name}_cast"], name=f"{name}_cast",
+                                  to=TensorProto.FLOAT),
+                 helper.make_node("Mul", [x_scale, f"{weight}_scale"], [f"{name}_scales"], name=f"{name}_scales_mul"),
+                 helper.make_node("Mul", [f"{name}_cast", f"{name}_scales"], [out], name=f"{name}_output_scale_mul")]
+    return made

@@ -8,7 +8,7 @@ tokenizer is saved by transformers, as for CTranslate2 (:mod:`s2s.llm.ctranslate
 ``model.onnx`` takes the new tokens and the cache (each layer's keys and values so far) and gives the logits of the
 last position and the grown cache. Each layer is onnxruntime's ``GroupQueryAttention`` (the rotary embedding,
 grouped heads, the causal mask and the cache in one operator) between products whose weights are quantized as
-:func:`s2s.onnx_graph.save` says; the normalisations are ``SimplifiedLayerNormalization`` (RMS); the embedding's
+:meth:`s2s.onnx_graph.Graph.model` says; the normalisations are ``SimplifiedLayerNormalization`` (RMS); the embedding's
 table stays float16, and the output projection reads the same weights quantized.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from s2s.onnx_graph import Graph, save
+from s2s.onnx_graph import Graph
 
 FAMILIES = ("llama", "qwen2")  # transformers' model_type: the layers written below (qwen2 adds biases to q, k, v)
 MODEL = "model.onnx"
@@ -77,7 +77,7 @@ def rotary_tables(config: dict[str, Any], size: int) -> tuple[np.ndarray, np.nda
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
 
-def graph(config: dict[str, Any], weights: dict[str, np.ndarray]) -> tuple[Any, list[str]]:
+def graph(config: dict[str, Any], weights: dict[str, np.ndarray]) -> Any:
     """The model: ``tokens`` [1, n], ``seqlens_k`` [1] (int32: tokens so far, these included, less one),
     ``total_length`` (int32) and each layer's ``past_k_<i>`` / ``past_v_<i>`` [1, kv heads, past, head size] ->
     ``logits`` [1, 1, vocabulary] of the last token, and ``present_k_<i>`` / ``present_v_<i>``."""
@@ -121,13 +121,15 @@ def graph(config: dict[str, Any], weights: dict[str, np.ndarray]) -> tuple[Any, 
                                 built.constant("to", np.array([1 << 30], np.int64)),
                                 built.constant("axis", np.array([1], np.int64))])
     built.node("Identity", [built.linear(norm(last, "norm/gamma"), "projection")], ["logits"])
-    return built.model("chat", inputs, outputs), built.products
+    return built.model("chat", inputs, outputs)
 
 
 def build(source: Path, out: Path) -> None:
     """Write :data:`MODEL`, the tokenizer (saved by transformers), config.json and generation_config.json."""
     out.mkdir(parents=True, exist_ok=True)
-    save(lambda: graph(*read_source(source)), out / MODEL)  # the float weights go once they are in the graph
+    import onnx
+
+    onnx.save(graph(*read_source(source)), str(out / MODEL))  # the float weights go once they are in the graph
     from s2s import torch_support  # transformers (and torch) only now: the weights are gone (a 0.5 GB lower peak)
 
     torch_support.repair_torchaudio()  # transformers imports torchaudio whenever it is installed
@@ -151,7 +153,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import logging
-
-    logging.disable(logging.WARNING)  # the quantizer's advice to pre-process a model for static quantization
     sys.exit(main())

@@ -9,8 +9,8 @@ float16 or int8 with per-row scales) and writes:
 - ``cross.onnx``: the encoder's output -> each layer's cross-attention keys (transposed) and values, in float
   (one product over every frame, as fast in float and exact);
 - ``step.onnx``: tokens, their positions, a causal mask and the cache -> the logits of every given position and
-  the grown cache. Its weight products are quantized by onnxruntime's dynamic quantizer to unsigned 8 bits with a
-  scale per output column, as CTranslate2 keeps one per row: its words matched CTranslate2's on all 12 real
+  the grown cache. Its weight products are quantized as onnxruntime's dynamic quantizer does it
+  (:mod:`s2s.onnx_graph`), to unsigned 8 bits with a scale per output column, as CTranslate2 keeps one per row: its words matched CTranslate2's on all 12 real
   recordings where one scale per matrix changed two. Unsigned weights are exact on every CPU (onnxruntime's
   signed ones saturate without VNNI, its documentation). The embedding's lookup table stays float16.
 
@@ -18,7 +18,6 @@ The decoding itself (Whisper's timestamp rules) is :mod:`s2s.stt.whisper_onnx`.
 """
 from __future__ import annotations
 
-import logging
 import struct
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from s2s.models import build_in_child, build_once, cache_root, fingerprint
-from s2s.onnx_graph import Graph, save
+from s2s.onnx_graph import Graph
 
 OUTPUTS = ("cross.onnx", "step.onnx")
 VERSION = 1  # of the build: part of the cached folder's name, so a changed build is made again
@@ -87,15 +86,15 @@ def layers_of(weights: dict[str, np.ndarray]) -> int:
     return sum(1 for name in weights if name.startswith("decoder/layer_") and name.endswith("/ffn/linear_0/weight"))
 
 
-def _cross(weights: dict[str, np.ndarray], heads: int) -> tuple[Any, list[str]]:
+def _cross(weights: dict[str, np.ndarray], heads: int) -> Any:
     from onnx import TensorProto, helper
 
     graph, width = _Graph(weights), weights["decoder/embeddings/weight"].shape[1]
     outputs = []
     for layer in range(layers_of(weights)):
         prefix = f"decoder/layer_{layer}/attention/linear_1"  # keys and values, fused
-        keys = graph.linear("encoder_output", prefix, slice(0, width))
-        values = graph.linear("encoder_output", prefix, slice(width, 2 * width))
+        keys = graph.linear("encoder_output", prefix, slice(0, width), quantized=False)  # float: one product over
+        values = graph.linear("encoder_output", prefix, slice(width, 2 * width), quantized=False)  # every frame
         scale = graph.constant(f"scale_{layer}", np.array((width // heads) ** -0.5, np.float32))
         graph.node("Mul", [graph.heads(keys, heads, [0, 2, 3, 1]), scale], [f"cross_k_{layer}"])  # scaled once
         graph.node("Identity", [graph.heads(values, heads, [0, 2, 1, 3])], [f"cross_v_{layer}"])
@@ -104,7 +103,7 @@ def _cross(weights: dict[str, np.ndarray], heads: int) -> tuple[Any, list[str]]:
                                                                 [1, "frames", width])],
                         [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, heads, "a", "b"])
                          for name in outputs])
-    return model, []  # float: one product over every frame
+    return model
 
 
 def _attend(graph: _Graph, queries: str, keys_t: str, values: str) -> str:
@@ -126,7 +125,7 @@ def _gelu(graph: _Graph, x: str) -> str:
     return graph.node("Mul", [graph.node("Mul", [x, graph.node("Add", [erf, scalar(1.0)])]), scalar(0.5)])
 
 
-def _step(weights: dict[str, np.ndarray], heads: int) -> tuple[Any, list[str]]:
+def _step(weights: dict[str, np.ndarray], heads: int) -> Any:
     from onnx import TensorProto, helper
 
     graph = _Graph(weights)
@@ -168,24 +167,25 @@ def _step(weights: dict[str, np.ndarray], heads: int) -> tuple[Any, list[str]]:
         outputs += [helper.make_tensor_value_info(f"present_{kind}_{layer}", TensorProto.FLOAT,
                                                   [1, heads, "total", size]) for kind in "kv"]
     x = graph.norm(x, "decoder/layer_norm")
-    graph.node("MatMul", [x, graph.constant("projection", graph.weight("decoder/projection/weight").T)], ["logits"])
-    graph.products.append(graph.nodes[-1].name)
+    graph.product(x, "projection", graph.weight("decoder/projection/weight").T, ["logits"])
     logits = helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "n", words])
-    return graph.model("step", inputs, [logits] + outputs), graph.products
+    return graph.model("step", inputs, [logits] + outputs)
 
 
 def build(folder: Path, out: Path) -> None:
     """Write :data:`OUTPUTS` into the new folder ``out`` from the CTranslate2 Whisper folder ``folder``."""
+    import onnx
+
     weights = read_weights(folder / "model.bin")
     heads = int(weights["decoder/num_heads"])
     out.mkdir()
     for name, make in (("cross.onnx", _cross), ("step.onnx", _step)):
-        save(lambda: make(weights, heads), out / name)  # save calls it at once, in this iteration
+        onnx.save(make(weights, heads), str(out / name))
 
 
 def built(folder: Path, cache_dir: str | None) -> Path:
     """The built folder for the CTranslate2 folder ``folder`` in the cache, built once by a child process (its float
-    copies, 0.85 GB at the peak for tiny.en, never count in the pipeline's memory): named by the folder's
+    copies, 0.49 GB at the peak for tiny.en, never count in the pipeline's memory): named by the folder's
     fingerprint (an edited model is built again) and :data:`VERSION`."""
     return build_once(cache_root(cache_dir) / f"whisper-onnx-{fingerprint(folder)}-v{VERSION}",
                       lambda out: build_in_child(__name__, out, [str(folder)]),
@@ -193,5 +193,4 @@ def built(folder: Path, cache_dir: str | None) -> Path:
 
 
 if __name__ == "__main__":  # python -m s2s.stt.whisper_onnx_build OUT FOLDER
-    logging.disable(logging.WARNING)  # the quantizer's advice to pre-process a model for static quantization
     build(Path(sys.argv[2]), Path(sys.argv[1]))
