@@ -60,9 +60,12 @@ def convert_packaged(out: Path) -> None:
     if hasattr(config, "quantization_config"):  # dequantized now: a stale gguf entry only warns at each load
         del config.quantization_config
     # float32, the dtype a CPU computes in: loading then maps the file instead of converting a copy (250 MB less
-    # at the peak); GPUs convert to bfloat16/float16 as they load
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    model.load_state_dict(source.state_dict())
+    # at the peak); GPUs convert to bfloat16/float16 as they load. Made on the meta device and given the loaded
+    # tensors themselves: no second copy of the weights (a 1.67 GB peak with one, 1.27 GB without; the same file)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(source.state_dict(), assign=True)
+    model.tie_weights()
     model.generation_config = source.generation_config
     log.info("[3/3] saving safetensors")
     model.save_pretrained(out)
