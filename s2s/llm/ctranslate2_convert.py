@@ -52,11 +52,9 @@ def source_folder(args: argparse.Namespace) -> Path:
     too), or the folder given."""
     if not args.packaged:
         return args.source
-    from s2s import torch_support
     from s2s.llm.transformers_lm import PACKAGED_NAME, resolve_model
 
-    torch_support.repair_torchaudio()
-    return Path(resolve_model(PACKAGED_NAME, args.cache_dir))
+    return Path(resolve_model(PACKAGED_NAME, args.cache_dir, in_child=True))
 
 
 if __name__ == "__main__":

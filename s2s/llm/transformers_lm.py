@@ -18,6 +18,7 @@ from s2s.llm.keywords import (CompactHistory, FirstChunkMinWords, FirstChunkWord
                               MaxNewTokens, RepetitionPenalty, ReplyLanguage, Temperature, Thinking, Threshold)
 from s2s.llm.tools import TemplateTools, ToolCall, ToolCallFilter, check_module
 from s2s.models import (
+    build_in_child,
     build_once,
     cache_root,
     loadable,
@@ -72,10 +73,13 @@ def convert_packaged(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def resolve_model(model: str, cache_dir: str | None) -> str:
+def resolve_model(model: str, cache_dir: str | None, in_child: bool = False) -> str:
+    """The packaged model's safetensors folder (converted once; ``in_child``: by a child process, so that a
+    builder's own peak does not come on top of the conversion's torch and weights), else ``model`` to load."""
     if model_source(model, (PACKAGED_NAME,)) == "packaged":
         target = cache_root(cache_dir) / PACKAGED_CACHE
-        return str(build_once(target, convert_packaged, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)"))
+        convert = (lambda out: build_in_child(__name__, out, [])) if in_child else convert_packaged
+        return str(build_once(target, convert, "SmolLM2-135M-Instruct (packaged GGUF -> safetensors)"))
     return loadable(model)  # a local folder, or a hub id transformers resolves (offline: the local HF cache)
 
 
@@ -316,3 +320,10 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.model_name, "device": self.device, "dtype": self.dtype}
+
+
+if __name__ == "__main__":  # python -m s2s.llm.transformers_lm OUT: resolve_model's conversion in a child
+    import sys
+
+    torch_support.repair_torchaudio()  # transformers imports torchaudio whenever it is installed
+    convert_packaged(Path(sys.argv[1]))
