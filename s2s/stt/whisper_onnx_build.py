@@ -10,9 +10,10 @@ float16 or int8 with per-row scales) and writes:
   (one product over every frame, as fast in float and exact);
 - ``step.onnx``: tokens, their positions, a causal mask and the cache -> the logits of every given position and
   the grown cache. Its weight products are quantized as onnxruntime's dynamic quantizer does it
-  (:mod:`s2s.onnx_graph`), to unsigned 8 bits with a scale per output column, as CTranslate2 keeps one per row: its words matched CTranslate2's on all 12 real
-  recordings where one scale per matrix changed two. Unsigned weights are exact on every CPU (onnxruntime's
-  signed ones saturate without VNNI, its documentation). The embedding's lookup table stays float16.
+  (:mod:`s2s.onnx_graph`), to unsigned 8 bits with a scale per output column, as CTranslate2 keeps one per row:
+  its words matched CTranslate2's on all 12 real recordings where one scale per matrix changed two. Unsigned
+  weights are exact on every CPU (onnxruntime's signed ones saturate without VNNI, its documentation). The
+  embedding's lookup table stays float16.
 
 The decoding itself (Whisper's timestamp rules) is :mod:`s2s.stt.whisper_onnx`.
 """
