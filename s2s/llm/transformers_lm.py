@@ -48,6 +48,7 @@ def packaged_gguf() -> Path:
 
 def convert_packaged(out: Path) -> None:
     """Dequantize the packaged GGUF once and save it as safetensors (reloads in ~0.5 s instead of ~20 s)."""
+    torch_support.repair_torchaudio()  # transformers imports torchaudio whenever it is installed
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -325,5 +326,4 @@ class TransformersLM(CalibratedReplies, TemplateTools, LLMStage):
 if __name__ == "__main__":  # python -m s2s.llm.transformers_lm OUT: resolve_model's conversion in a child
     import sys
 
-    torch_support.repair_torchaudio()  # transformers imports torchaudio whenever it is installed
     convert_packaged(Path(sys.argv[1]))
