@@ -81,7 +81,12 @@ def quantized_columns(weight: np.ndarray, label: str) -> dict[str, np.ndarray]:
     zero = np.where(flat, 0.0, np.round(-low / np.where(flat, 1.0, step))).astype(np.uint8)
     scale = np.where(flat, 1.0, step).astype(np.float32)
     levels = np.clip((weight / scale).round() + zero, 0, 255).astype(np.uint8)
-    return {f"{label}_quantized": levels, f"{label}_scale": scale, f"{label}_zero_point": zero}
+    return dict(zip(_parts(label), (levels, scale, zero)))
+
+
+def _parts(name: str) -> tuple[str, str, str]:
+    """The names of a quantized value, its scale and its zero point, as onnxruntime's quantizer names them."""
+    return f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"
 
 
 def _quantized_nodes(nodes: list[Any], products: set[str]) -> list[Any]:
@@ -91,21 +96,22 @@ def _quantized_nodes(nodes: list[Any], products: set[str]) -> list[Any]:
     from onnx import TensorProto, helper
 
     made: list[Any] = []
-    quantized: dict[str, list[str]] = {}  # an input -> its quantized value, scale and zero point
+    quantized: set[str] = set()  # the inputs quantized so far
     for node in nodes:
         if node.name not in products:
             made.append(node)
             continue
         x, weight = node.input
+        (x_q, x_scale, x_zero), (w_q, w_scale, w_zero) = _parts(x), _parts(weight)
         if x not in quantized:
-            quantized[x] = [f"{x}_quantized", f"{x}_scale", f"{x}_zero_point"]
-            made.append(helper.make_node("DynamicQuantizeLinear", [x], quantized[x], name=f"{x}_QuantizeLinear"))
-        x_q, x_scale, x_zero = quantized[x]
+            quantized.add(x)
+            made.append(helper.make_node("DynamicQuantizeLinear", [x], [x_q, x_scale, x_zero],
+                                         name=f"{x}_QuantizeLinear"))
         name, out = node.name, node.output[0]
-        made += [helper.make_node("MatMulInteger", [x_q, f"{weight}_quantized", x_zero, f"{weight}_zero_point"],
-                                  [f"{name}_integer"], name=f"{name}_quant"),
+        made += [helper.make_node("MatMulInteger", [x_q, w_q, x_zero, w_zero], [f"{name}_integer"],
+                                  name=f"{name}_quant"),
                  helper.make_node("Cast", [f"{name}_integer"], [f"{name}_cast"], name=f"{name}_cast",
                                   to=TensorProto.FLOAT),
-                 helper.make_node("Mul", [x_scale, f"{weight}_scale"], [f"{name}_scales"], name=f"{name}_scales_mul"),
+                 helper.make_node("Mul", [x_scale, w_scale], [f"{name}_scales"], name=f"{name}_scales_mul"),
                  helper.make_node("Mul", [f"{name}_cast", f"{name}_scales"], [out], name=f"{name}_output_scale_mul")]
     return made
