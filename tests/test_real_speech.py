@@ -86,6 +86,10 @@ def test_the_real_set_has_many_speakers_each_complete_and_paused_inside_a_senten
     paused = [clip for clip in clips if clip.pause is not None]
     assert [clip.name for clip in complete] == [f"complete {Path(path).name} ({package})"
                                                 for package, path, _, _ in everyone]
+    # the bench counts the held-out recordings' cut-offs apart: exactly those of TURN_SOURCES, paused ones too
+    assert [clip.held_out for clip in complete] == [source in real_speech.TURN_SOURCES for source in everyone]
+    assert {clip.name.split(":")[0].split(" s ", 1)[1] for clip in paused if clip.held_out} == \
+        {f"{Path(path).name} ({package})" for package, path, _, _ in real_speech.TURN_SOURCES}
     assert len(paused) >= 1.5 * len(complete)
     assert all(0.69 <= clip.pause[1] - clip.pause[0] <= 1.21 for clip in paused)
     assert all(2.0 <= len(clip.samples) / RATE - 4.5 <= 11.0 for clip in complete)  # 0.5 s lead, 4 s tail

@@ -116,6 +116,12 @@ TURN_SOURCES = [
 ]
 
 
+def held_out(name: str) -> bool:
+    """Whether a turn clip's ``name`` (see :func:`turn_set`) is of a recording of :data:`TURN_SOURCES`, which no
+    threshold was chosen on."""
+    return any(f" {Path(path).name} ({package})" in name for package, path, _, _ in TURN_SOURCES)
+
+
 @dataclass
 class Recording:
     """One real clip: a name for the tables, its speaker, the samples at 16 kHz and what is said."""

@@ -20,10 +20,11 @@ sentence starts is a split.
 
 ``--set real`` (or ``all``, the default) adds recordings of real people (:mod:`s2s.bench.real_speech`): each
 complete, and with a pause of 0.7-1.2 s spliced between two words inside a sentence, with the recording's own noise
-floor around it. Per variant it prints the cut-off rate on real and on espeak pauses, the endpoint on complete
-turns (p50 / p90 / max) and how many waited more than 1.5 s; then, as eot-bench reports it, the lowest cut-off
-rate at each latency budget (a variant is within a budget when its complete turns' median endpoint is), over the
-variants run (sweep a threshold with several ``--variant "turn=words turn.threshold=0.05"``).
+floor around it. Per variant it prints the cut-off rate on real pauses (and on those of the recordings held out,
+that no threshold was chosen on) and on espeak pauses, the endpoint on complete turns (p50 / p90 / max) and how
+many waited more than 1.5 s; then, as eot-bench reports it, the lowest cut-off rate at each latency budget (a
+variant is within a budget when its complete turns' median endpoint is), over the variants run (sweep a threshold
+with several ``--variant "turn=words turn.threshold=0.05"``).
 """
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ class TurnClip:
     pause: tuple[float, float] | None
     real: bool = False
     sentences: bool = False  # the "pause" runs from the first sentence's end to the last one's start
+    held_out: bool = False  # a real recording no threshold was chosen on (real_speech.TURN_SOURCES)
 
     @property
     def mid_sentence(self) -> bool:
@@ -119,14 +121,14 @@ def build_sentence_set(folder: Path) -> list[TurnClip]:
 def build_real_set(folder: Path, sources: list[tuple[str, str, str, str]] | None = None) -> list[TurnClip]:
     """The real recordings (``sources``: see :func:`s2s.bench.real_speech.turn_set`), complete and paused, with 0.5 s
     of their noise floor before and 4 s after."""
-    from s2s.bench.real_speech import floor_noise, noise_floor, turn_set
+    from s2s.bench.real_speech import floor_noise, held_out, noise_floor, turn_set
 
     clips = []
     for index, (name, samples, pause) in enumerate(turn_set(folder, sources)):
         floor = noise_floor(samples)
         lead, tail = floor_noise(floor, 0.5, 2 * index + 1), floor_noise(floor, 4.0, 2 * index + 2)
         span = None if pause is None else (pause[0] + len(lead) / RATE, pause[1] + len(lead) / RATE)
-        clips.append(TurnClip(name, np.concatenate([lead, samples, tail]), span, real=True))
+        clips.append(TurnClip(name, np.concatenate([lead, samples, tail]), span, real=True, held_out=held_out(name)))
     return clips
 
 
@@ -218,6 +220,7 @@ def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, st
               if ends else "-")
     paused = [(r, c) for r, c in zip(found, clips) if c.mid_sentence]
     return {"cut off, real": _share([r for r, c in paused if c.real]),
+            "of them, held out": _share([r for r, c in paused if c.held_out]),
             "cut off, espeak": _share([r for r, c in paused if not c.real]),
             "split, espeak sentences": _share([r for r, c in zip(found, clips) if c.sentences]),
             "complete split": f"{sum(r['turns'] != 1 for r in complete)}/{len(complete)}",
