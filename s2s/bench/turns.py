@@ -33,12 +33,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from s2s import audio
 from s2s.bench.speech import espeak, espeak_available
+
+if TYPE_CHECKING:
+    from s2s.bench.real_speech import Source
 
 RATE = 16000
 VOICES = [("en-us", 150), ("en-gb", 165), ("en-us+f3", 140), ("en-gb+m3", 155)]
@@ -118,7 +121,7 @@ def build_sentence_set(folder: Path) -> list[TurnClip]:
     return clips
 
 
-def build_real_set(folder: Path, sources: list[tuple[str, str, str, str]] | None = None) -> list[TurnClip]:
+def build_real_set(folder: Path, sources: list[Source] | None = None) -> list[TurnClip]:
     """The real recordings (``sources``: see :func:`s2s.bench.real_speech.turn_set`), complete and paused, with 0.5 s
     of their noise floor before and 4 s after."""
     from s2s.bench.real_speech import floor_noise, held_out, noise_floor, turn_set
