@@ -6,18 +6,25 @@ them, one row per output.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Union
 
 import numpy as np
 
+Value = Union[np.ndarray, Callable[[], np.ndarray]]  # a weight, or what reads it when it is needed
+
 
 class Graph:
-    """An ONNX graph under construction: nodes, float32 weights, and the weight products to quantize."""
+    """An ONNX graph under construction: nodes, float32 weights, and the weight products to quantize.
 
-    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+    A weight may be given as a function that reads it: the layers' weights are then read one at a time, as
+    :meth:`model` writes them, and never held all at once.
+    """
+
+    def __init__(self, weights: Mapping[str, Value]) -> None:
         self.weights, self.nodes, self.initializers, self.products = weights, [], [], []  # type: ignore[var-annotated]
 
-    def constant(self, name: str, value: np.ndarray) -> str:
+    def constant(self, name: str, value: Value) -> str:
         self.initializers.append((name, value))  # made a tensor in :meth:`model`, one at a time
         return name
 
@@ -30,9 +37,9 @@ class Graph:
         return outputs[0] if len(outputs) == 1 else outputs
 
     def weight(self, name: str) -> np.ndarray:
-        return np.asarray(self.weights[name], dtype=np.float32)
+        return np.asarray(read(self.weights[name]), dtype=np.float32)
 
-    def product(self, x: str, label: str, weight: np.ndarray, outputs: list[str] | None = None,
+    def product(self, x: str, label: str, weight: Value, outputs: list[str] | None = None,
                 quantized: bool = True) -> str:
         """``x`` times ``weight`` ([inputs, outputs]), kept as ``label``; :meth:`model` quantizes it."""
         made = self.node("MatMul", [x, self.constant(label, weight)], outputs)
@@ -44,29 +51,37 @@ class Graph:
         """``x`` through the layer ``prefix`` (``prefix/weight``, one row per output, and ``prefix/bias`` if there
         is one), or through its ``rows``; ``quantized``: its product is 8-bit (:meth:`model`)."""
         label = f"{prefix}[{rows.start}:{rows.stop}]"
-        product = self.product(x, label + "/weight", self.weight(prefix + "/weight")[rows].T, quantized=quantized)
+        product = self.product(x, label + "/weight", lambda: self.weight(prefix + "/weight")[rows].T,
+                               quantized=quantized)
         if prefix + "/bias" not in self.weights:
             return product
-        return self.node("Add", [product, self.constant(label + "/bias", self.weight(prefix + "/bias")[rows])])
+        return self.node("Add", [product, self.constant(label + "/bias", lambda: self.weight(prefix + "/bias")[rows])])
 
     def model(self, name: str, inputs: list[Any], outputs: list[Any]) -> Any:
         """The model, its :attr:`products` quantized as onnxruntime's dynamic quantizer does it (``quantize_dynamic``
         with unsigned 8-bit weights and a scale per output column: the same numbers, the same operators, which
         onnxruntime fuses into ``DynamicQuantizeMatMul``), written here so that the float model never exists whole:
         onnxruntime's quantizer read it back from a file (SmolLM2-135M's build from its float weights peaked at
-        2.27 GB that way and took 35 s; 1.29 GB and 11 s here, the same model to the bit)."""
+        2.27 GB that way and took 35 s; 1.29 GB and 11 s here, the same model to the bit). A weight given as a
+        function is read here, when its tensor is made, and dropped with it."""
         from onnx import helper, numpy_helper
 
         products = set(self.products)
         weights = {node.input[1] for node in self.nodes if node.name in products}
         graph = helper.make_graph(_quantized_nodes(self.nodes, products), name, inputs, outputs)
         for label, value in self.initializers:  # one tensor at a time, straight into the graph (no second copy)
+            value = read(value)
             tensors = quantized_columns(value, label) if label in weights else {label: value}
             for tensor_label, tensor in tensors.items():
                 graph.initializer.add().CopyFrom(numpy_helper.from_array(np.ascontiguousarray(tensor), tensor_label))
         self.initializers = []
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                        helper.make_opsetid("com.microsoft", 1)], ir_version=9)
+
+
+def read(value: Value) -> np.ndarray:
+    """``value``, read now if it is a function that reads it."""
+    return value() if callable(value) else value
 
 
 def quantized_columns(weight: np.ndarray, label: str) -> dict[str, np.ndarray]:

@@ -26,10 +26,11 @@ def weights() -> dict[str, np.ndarray]:
             "b/bias": rng.standard_normal(5).astype(np.float32)}
 
 
-def built(quantized: bool = True) -> onnx.ModelProto:
-    graph = Graph(weights())
+def built(quantized: bool = True, given: dict | None = None, described=lambda: None) -> onnx.ModelProto:
+    graph = Graph(weights() if given is None else given)
     hidden = graph.linear("x", "a", quantized=quantized)
     graph.node("Identity", [graph.linear(graph.node("Relu", [hidden]), "b", quantized=quantized)], ["y"])
+    described()
     return graph.model("tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n", 8])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "n", 5])])
 
@@ -64,3 +65,22 @@ def test_the_products_are_onnxruntimes_own_quantization(tmp_path):
     assert np.array_equal(run(ours, x), run(theirs, x))  # to the bit
     exact = run(plain, x)
     assert np.abs(run(ours, x) - exact).max() < 0.02 * np.abs(exact).max()  # and near the float model (0.5 %)
+
+
+def test_weights_given_as_readers_are_read_as_the_model_is_written_and_make_the_same_model():
+    """llm=onnx's build reads each float weight as its tensor is written (s2s/llm/onnx_build.py's read_source), so
+    a model's float weights are never all in memory."""
+    reads: list[str] = []
+
+    def reader(name, value):
+        def read():
+            reads.append(name)
+            return value
+        return read
+
+    def described():
+        assert not reads  # describing the graph reads nothing
+
+    lazy = built(given={name: reader(name, value) for name, value in weights().items()}, described=described)
+    assert sorted(reads) == ["a/weight", "b/bias", "b/weight"]  # each once, when its tensor was made
+    assert lazy.SerializeToString() == built().SerializeToString()
