@@ -118,12 +118,6 @@ TURN_SOURCES: list[Source] = [
 ]
 
 
-def held_out(name: str) -> bool:
-    """Whether a turn clip's ``name`` (see :func:`turn_set`) is of a recording of :data:`TURN_SOURCES`, which no
-    threshold was chosen on."""
-    return any(f" {Path(path).name} ({package})" in name for package, path, _, _ in TURN_SOURCES)
-
-
 @dataclass
 class Recording:
     """One real clip: a name for the tables, its speaker, the samples at 16 kHz and what is said."""
@@ -230,9 +224,10 @@ PAUSES_S = (0.7, 0.85, 1.0, 1.2)
 
 
 def turn_set(folder: Path = FOLDER, sources: list[Source] | None = None,
-             ) -> list[tuple[str, np.ndarray, tuple[float, float] | None]]:
-    """(name, samples, pause span or None) for every clip of ``sources`` (default: :data:`SOURCES`, then
-    :data:`TURN_SOURCES`): complete, then paused after each :func:`pause_points`.
+             ) -> list[tuple[str, np.ndarray, tuple[float, float] | None, bool]]:
+    """(name, samples, pause span or None, held out) for every clip of ``sources`` (default: :data:`SOURCES`, then
+    :data:`TURN_SOURCES`): complete, then paused after each :func:`pause_points`. Held out: a recording of
+    :data:`TURN_SOURCES`, which no threshold was chosen on.
 
     The pauses take the lengths of :data:`PAUSES_S` in turn; word times come from the packaged tiny.en.
     """
@@ -241,13 +236,15 @@ def turn_set(folder: Path = FOLDER, sources: list[Source] | None = None,
     from s2s.stt.faster_whisper import resolve_model
 
     model = faster_whisper.WhisperModel(resolve_model("tiny.en"), device="cpu", compute_type="int8", cpu_threads=1)
-    clips: list[tuple[str, np.ndarray, tuple[float, float] | None]] = []
-    for index, clip in enumerate(recordings(folder, SOURCES + TURN_SOURCES if sources is None else sources)):
-        clips.append((f"complete {clip.name}", clip.samples, None))
+    chosen = SOURCES + TURN_SOURCES if sources is None else sources
+    clips: list[tuple[str, np.ndarray, tuple[float, float] | None, bool]] = []
+    for index, (source, clip) in enumerate(zip(chosen, recordings(folder, chosen))):
+        held = source in TURN_SOURCES
+        clips.append((f"complete {clip.name}", clip.samples, None, held))
         words = word_times(model, clip.samples)
         for after in pause_points(words):
-            pause = PAUSES_S[sum(span is not None for _, _, span in clips) % len(PAUSES_S)]
+            pause = PAUSES_S[sum(span is not None for _, _, span, _ in clips) % len(PAUSES_S)]
             samples, span = spliced(clip.samples, words, after, pause, seed=index)
             text = " ".join(word.text for word in words[:after + 1])
-            clips.append((f"paused {pause:.2f} s {clip.name}: {text} ...", samples, span))
+            clips.append((f"paused {pause:.2f} s {clip.name}: {text} ...", samples, span, held))
     return clips

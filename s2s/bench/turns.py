@@ -124,14 +124,14 @@ def build_sentence_set(folder: Path) -> list[TurnClip]:
 def build_real_set(folder: Path, sources: list[Source] | None = None) -> list[TurnClip]:
     """The real recordings (``sources``: see :func:`s2s.bench.real_speech.turn_set`), complete and paused, with 0.5 s
     of their noise floor before and 4 s after."""
-    from s2s.bench.real_speech import floor_noise, held_out, noise_floor, turn_set
+    from s2s.bench.real_speech import floor_noise, noise_floor, turn_set
 
     clips = []
-    for index, (name, samples, pause) in enumerate(turn_set(folder, sources)):
+    for index, (name, samples, pause, held) in enumerate(turn_set(folder, sources)):
         floor = noise_floor(samples)
         lead, tail = floor_noise(floor, 0.5, 2 * index + 1), floor_noise(floor, 4.0, 2 * index + 2)
         span = None if pause is None else (pause[0] + len(lead) / RATE, pause[1] + len(lead) / RATE)
-        clips.append(TurnClip(name, np.concatenate([lead, samples, tail]), span, real=True, held_out=held_out(name)))
+        clips.append(TurnClip(name, np.concatenate([lead, samples, tail]), span, real=True, held_out=held))
     return clips
 
 
