@@ -62,8 +62,8 @@ class Graph:
         with unsigned 8-bit weights and a scale per output column: the same numbers, the same operators, which
         onnxruntime fuses into ``DynamicQuantizeMatMul``), written here so that the float model never exists whole:
         onnxruntime's quantizer read it back from a file (SmolLM2-135M's build from its float weights peaked at
-        2.27 GB that way and took 35 s; 1.29 GB and 11 s here, the same model to the bit). A weight given as a
-        function is read here, when its tensor is made, and dropped with it."""
+        2.27 GB that way and took 35 s; 1.29 GB and 11 s here with the weights read first, the same model to the
+        bit). A weight given as a function is read here, when its tensor is made, and dropped with it (0.77 GB)."""
         from onnx import helper, numpy_helper
 
         products = set(self.products)
