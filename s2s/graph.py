@@ -281,6 +281,8 @@ class Graph:
                     return
                 if not self.turns.deaf:
                     self._emit(0, message)
+                elif isinstance(message, AudioChunk):  # heard as silence: the VAD's clock keeps the source's time
+                    self._emit(0, AudioChunk(message.samples * 0, message.sample_rate))
         finally:
             stream.close()
         self._emit(0, EndOfStream())

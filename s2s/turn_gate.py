@@ -3,7 +3,8 @@
 A speculative ``SpeechSegment`` opens a turn whose reply is made early but held; ``TurnConfirmed`` releases
 what was held, in order, before anything newer; ``TurnDiscarded`` drops it and marks the turn stale, so work
 still on its way is dropped too. Barge-in (``SpeechStarted``) and ``cancel_below`` make older turns stale.
-In half duplex, a live microphone is ignored (``deaf``) from the end of the user's turn until its reply has played.
+In half duplex, a live microphone is heard as silence (``deaf``) from the end of the user's turn until its reply has
+played.
 
 The gate is pure: it sees messages, hands what may reach the sink to ``deliver`` and tells its listeners
 (e.g. the metrics Recorder) what happened to a turn. It never sees a stage, a queue or a thread, and is

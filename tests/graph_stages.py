@@ -21,21 +21,25 @@ class CountingSource(Source):
         index = 0
         while self.forever or index < self.turns:
             time.sleep(self.delay_s)
-            yield AudioChunk(np.full(160, index, dtype=np.float32), 16000)
+            yield AudioChunk(np.full(160, index + 1, dtype=np.float32), 16000)
             index += 1
 
 
 class Segmenter(Stage):
-    """Every chunk is an utterance; buffers the last one until flush to prove flush is called."""
+    """Every chunk with sound is an utterance (silence is counted in ``silent``); buffers the last one until flush
+    to prove flush is called."""
 
     accepts = (AudioChunk,)
 
     def __init__(self, hold_last: bool = False, announce: bool = False) -> None:
         self.hold_last, self.announce = hold_last, announce
-        self.turn, self.held = 0, None
+        self.turn, self.held, self.silent = 0, None, 0
 
     def process(self, message: Data) -> Iterator[Message]:
         assert isinstance(message, AudioChunk)
+        if not message.samples.any():
+            self.silent += 1
+            return
         if self.announce:
             yield SpeechStarted(self.turn)
         segment = SpeechSegment(message.samples, 16000, self.turn, 0.0, 0.01)

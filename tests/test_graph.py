@@ -184,10 +184,13 @@ def test_half_duplex_ignores_a_live_source_until_the_reply_ends():
     class Live(CountingSource):
         live = True
 
-    sink = Collector()
-    run_graph(chain(source=Live(turns=30, delay_s=0.01), talker=Talker(words=2, pause_s=0.1), sink=sink))
+    sink, segmenter = Collector(), Segmenter()
+    run_graph(chain(source=Live(turns=30, delay_s=0.01), segmenter=segmenter, talker=Talker(words=2, pause_s=0.1),
+                    sink=sink))
     turns = sorted({m.turn for _, m in sink.received})
     assert 1 <= len(turns) < 30  # chunks that came while the assistant was replying were not answered
+    # ... they were heard as silence, so the VAD's clock kept the source's time (a pause it keeps stays true)
+    assert segmenter.silent == 30 - segmenter.turn and segmenter.silent > 0
 
 
 SIGNAL_SCRIPT = textwrap.dedent("""
