@@ -50,6 +50,7 @@ class SpeechSegment(Data):
     closed_s: float | None = None  # input position when the VAD let the segment go (endpointing included)
     speculative: bool = False  # let go after a short silence: a TurnConfirmed or TurnDiscarded follows
     language: str | None = None  # the language its speaker set (a realtime session's); None: the STT's own
+    resumes: int | None = None  # the ended turn whose speech it goes on from (and holds): the whole is answered
 
     @property
     def duration_s(self) -> float:
@@ -107,6 +108,7 @@ class Transcript(Data):
     turn: int
     language: str | None = None
     speculative: bool = False  # from a speculative segment: the turn may still go on (the LLM may judge it)
+    resumes: int | None = None  # the ended turn whose words it holds too (SpeechSegment.resumes): that one is void
 
 
 @dataclass(frozen=True)

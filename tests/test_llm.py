@@ -166,6 +166,26 @@ def test_an_interrupted_reply_keeps_what_was_said_in_the_history():
     assert llm.chat_messages("Next?") == [{"role": "user", "content": "Next?"}]
 
 
+def test_a_turn_that_resumes_a_cut_one_replaces_it_in_the_history():
+    """The speaker went on after a turn that ended too soon: the new turn's words hold the old one's, so the model
+    reads the whole sentence once, and the cut exchange (its half-heard reply too) is gone."""
+    from s2s.llm.echo import EchoLM
+    from s2s.messages import ReplyText, Transcript
+
+    llm = EchoLM(first_chunk_words=0)
+    llm.history_turns = 4
+    list(llm.process(Transcript("Hello.", 0)))
+    replies = llm.process(Transcript("What is the capital of", 1))
+    next(m for m in replies if isinstance(m, ReplyText))
+    replies.close()  # barge-in: the speaker went on
+    said = [m.text for m in llm.process(Transcript("What is the capital of France?", 2, resumes=1))
+            if isinstance(m, ReplyText)]
+    assert said == ["What is the capital of France?"]
+    assert llm.context.history() == [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hello."},
+                                     {"role": "user", "content": "What is the capital of France?"},
+                                     {"role": "assistant", "content": "What is the capital of France?"}]
+
+
 def test_every_llm_backend_is_an_llm_stage_and_llm_stage_is_a_stage():
     """LLMStage is a Stage itself: a backend names only it (and TemplateTools before it, for local models); the
     older spelling with Stage repeated last still works, so a backend written that way need not change."""

@@ -15,7 +15,8 @@ def two_utterances(espeak, tmp_path_factory):
     first = audio.read_audio(espeak("Hello there, how are you today?", folder / "a.wav"), 16000)
     second = audio.read_audio(espeak("Tell me a joke please.", folder / "b.wav"), 16000)
     gap = audio.silence(1.5, 16000)
-    return np.concatenate([gap, first, gap, second, gap]), (len(first), len(second))
+    # between them, more than vad.resume_ms (1.5 s) after Silero's last voiced frame: two turns, neither resumed
+    return np.concatenate([gap, first, audio.silence(2.5, 16000), second, gap]), (len(first), len(second))
 
 
 def run_vad(vad: SileroVAD, samples: np.ndarray):
@@ -117,3 +118,56 @@ def test_quiet_lets_the_work_start_before_silero_hears_silence_unless_the_backgr
     hiss = np.random.default_rng(0).standard_normal(len(one)).astype(np.float32) * 0.06 * np.abs(one).max()
     noisy = one + hiss
     assert _last_speculative(noisy).closed_s == _last_speculative(noisy, quiet_below=None).closed_s
+
+
+# ---------------------------------------------------------------- a turn the speaker goes on from (vad.resume_ms)
+@pytest.fixture(scope="module")
+def halves(espeak, tmp_path_factory):
+    """"What is the capital of", a pause, "France?" (and where "France?" begins, s): the silence rule ends a turn
+    inside a pause of 1 s."""
+    folder = tmp_path_factory.mktemp("halves")
+    first, second = (audio.read_audio(espeak(text, folder / f"{index}.wav"), 16000)
+                     for index, text in enumerate(["What is the capital of", "France?"]))
+
+    def joined(pause_s: float, *between: np.ndarray) -> tuple[np.ndarray, float]:
+        quiet = audio.silence(1.0, 16000)
+        head = np.concatenate([quiet, first, audio.silence(pause_s, 16000), *between])
+        return np.concatenate([head, second, quiet]), len(np.trim_zeros(head, "b")) / 16000 + pause_s
+
+    return joined
+
+
+def _turns(samples: np.ndarray, **settings) -> tuple[list[SpeechSegment], list[int]]:
+    out = run_vad(SileroVAD(min_silence_ms=500, speculative_silence_ms=None, **settings), samples)
+    return [m for m in out if isinstance(m, SpeechSegment)], [m.turn for m in out if isinstance(m, SpeechStarted)]
+
+
+def test_speech_soon_after_a_turn_ended_resumes_it_and_holds_the_whole(halves):
+    (cut, whole), started = _turns(halves(1.0)[0])
+    assert cut.resumes is None and whole.resumes == cut.turn == 0 and started == [0, 1]
+    assert whole.start_s == cut.start_s  # the words before the pause, the pause, and the words after it
+    assert whole.speech_end_s > cut.speech_end_s + 1.0 and len(whole.samples) > len(cut.samples) + 16000
+    np.testing.assert_array_equal(whole.samples[:len(cut.samples)], cut.samples)
+    # off, or a pause longer than the window: a new turn with only the new words
+    for (samples, _), settings in ((halves(1.0), {"resume_ms": None}), (halves(2.5), {})):
+        (_, alone), _ = _turns(samples, **settings)
+        assert alone.resumes is None and alone.start_s > cut.speech_end_s + 0.5
+
+
+def test_a_blip_in_the_window_neither_resumes_nor_starts_a_turn_and_the_window_then_closes(halves):
+    click = np.zeros(2400, np.float32)
+    click[:800] = 0.5 * np.sin(np.arange(800) / 3)  # 50 ms, then 100 ms of silence
+    (first, *rest), started = _turns(halves(0.6, click, audio.silence(1.5, 16000))[0])
+    assert started == [0, 1] and [segment.resumes for segment in rest] == [None]  # "France?" came 2.2 s later
+
+
+def test_speech_resumed_within_the_window_barges_in_no_sooner_than_a_new_turn(halves):
+    samples, _ = halves(1.0)
+    heard_at = {}
+    for resume_ms in (1500, None):
+        vad = SileroVAD(min_silence_ms=500, speculative_silence_ms=None, resume_ms=resume_ms)
+        vad.setup()
+        heard_at[resume_ms] = [index for index, block in enumerate(audio.chunks(samples, 512))
+                               for m in vad.process(AudioChunk(block, 16000)) if isinstance(m, SpeechStarted)]
+    # the carried words do not count: SpeechStarted (which barges in) waits for min_speech_ms of the new speech
+    assert len(heard_at[1500]) == 2 and heard_at[1500] == heard_at[None]

@@ -203,6 +203,8 @@ class LLMStage(Stage):
         said: list[str] = []  # sentences the runner took: an interrupted reply keeps what was said
         context = self.context  # the conversation this turn belongs to, even if another is lent meanwhile
         context.cancel_compaction()  # a summary being written gives way to this reply
+        if isinstance(message, Transcript) and message.resumes is not None:  # its words hold that turn's too
+            context.discard(message.resumes)
         plan = context.take_plan(message.turn)
         messages = self.chat_messages(self.user_content(message), plan.instructions, message.language)
         # the VAD asks: do these words end the turn? (an utterance heard as audio has no words to judge)

@@ -163,7 +163,8 @@ class STTStage(Stage):
             yield TurnEnd(message.turn)
             return
         if has_words(text):
-            yield Transcript(text, message.turn, language, speculative=message.speculative)
+            yield Transcript(text, message.turn, language, speculative=message.speculative,
+                             resumes=message.resumes)
             # after the words went on (turn.sentence_end): the VAD weighs the words' verdict, which comes later, with it
             heard = self.sentence_end(samples, text) if message.speculative and SentenceEnd in self.wanted else None
             if heard is not None:

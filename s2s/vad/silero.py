@@ -16,6 +16,7 @@ from s2s.messages import (AudioChunk, Control, Data, Message, Metric, SpeechSegm
                           SentenceEnd, TurnConfirmed, TurnDiscarded, TurnVerdict)
 from s2s.stage import Stage, require
 from s2s.vad import turn_detection
+from s2s.vad.resume import Resumable
 from s2s.vad.silero_models import RATE, OnnxSilero, TorchSilero
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class SileroVAD(Stage):
             Only the work starts sooner: the pause is judged, and the turn ends, on Silero's silence (judged on
             the quiet, more questions of several sentences were split). null: Silero's silence alone.
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
+        resume_ms: speech that starts again this soon after a turn's last voiced frame continues that turn
+            (:mod:`s2s.vad.resume`): its reply is dropped by barge-in and the whole is answered; null: never.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
             frame); false: the TorchScript model through torch.
         turn: the ``turn`` group (``${turn}``: its ``_target_``, one of the settings classes of
@@ -76,7 +79,8 @@ class SileroVAD(Stage):
                  speech_pad_ms: Annotated[int, Range(0, 2000)] = 100,
                  quiet_below: Annotated[float, Range(0, 1, exclusive=True)] | None = 0.02,
                  max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = True,
-                 turn: dict[str, Any] | None = None) -> None:
+                 turn: dict[str, Any] | None = None,
+                 resume_ms: Annotated[int, Range(100, 10000)] | None = 1500) -> None:
         self.threshold = threshold
         self.min_silence = _samples(min_silence_ms)
         self.speculative_silence = _samples(speculative_silence_ms) if speculative_silence_ms else None
@@ -84,6 +88,7 @@ class SileroVAD(Stage):
         self.pad_frames = max(1, -(-_samples(speech_pad_ms) // FRAME)) if speech_pad_ms else 0
         self.max_speech = _samples(max_speech_ms) if max_speech_ms else None
         self.quiet_below = quiet_below
+        self.resume_ms = resume_ms
         self.onnx = onnx
         self.turn = turn
         self._turn_settings = turn_detection.settings(turn)
@@ -158,6 +163,9 @@ class SileroVAD(Stage):
         self._quietest = 0.0  # the RMS of its quietest frame
         self._quiet = 0  # samples of quiet (:meth:`_quiet_frame`) since the last frame with sound
         self._early = False  # the open speculative turn began on quiet alone, before Silero heard the silence
+        self._resume = Resumable(_samples(self.resume_ms or 0))  # the turn that just ended, while it may go on
+        self._resumes: int | None = None  # the ended turn the open utterance goes on from
+        self._carried = 0  # samples of the open utterance carried over from that turn (its words and the gap)
         if self._model is not None:
             self._model.reset_states()
 
@@ -187,12 +195,16 @@ class SileroVAD(Stage):
         if not self._triggered:
             if probability < self.threshold:
                 self._ring.append(frame)
+                self._resume.add(frame)
                 if self.quiet_below:
                     self._background.append(float(np.sqrt(np.mean(frame ** 2))))
                 return
             padding = list(self._ring) if self.pad_frames else []
             self._triggered, self._speech, self._silence = True, padding, 0
             self._segment_start = self._position - FRAME * len(padding)
+            if resumed := self._resume.take():  # the speaker went on: the ended turn's audio opens this one
+                self._speech, self._resumes, self._segment_start = resumed
+                self._carried = FRAME * max(0, len(self._speech) - len(padding))
             self._floor = float(np.percentile(self._background, 10)) if self._background else 0.0
             self._peak, self._quietest, self._quiet = 0.0, np.inf, 0
         self._speech.append(frame)
@@ -210,7 +222,7 @@ class SileroVAD(Stage):
                 self._speculated, self._judged, self._verdict, self._words_done = False, False, None, None
                 self._hearing, self._early, self._sentence_end = None, False, None  # verdicts still coming are void
         length = FRAME * len(self._speech)
-        voiced = length - self._silence
+        voiced = length - self._silence - self._carried  # what was carried over was heard already
         if not self._started_sent and voiced >= self.min_speech:
             self._started_sent = True
             yield SpeechStarted(self._turn)
@@ -341,21 +353,28 @@ class SileroVAD(Stage):
         start = self._segment_start / RATE
         speech_end = (self._position + FRAME - self._paused()) / RATE
         return SpeechSegment(samples, RATE, self._turn, start, start + len(samples) / RATE,
-                             speech_end_s=speech_end, closed_s=self._now(), speculative=speculative)
+                             speech_end_s=speech_end, closed_s=self._now(), speculative=speculative,
+                             resumes=self._resumes)
 
     def _so_far(self, frames: list[np.ndarray], paused: bool = False) -> SpeechSoFar:
         return SpeechSoFar(tuple(frames), RATE, self._turn, self._segment_start / RATE, paused=paused)
 
     def _close(self, frames: list[np.ndarray], voiced: int, continues: bool = False) -> Iterator[Message]:
         """End the open segment; a split of continuing speech keeps the VAD triggered so nothing is lost."""
+        ended = None
         if frames and (voiced >= self.min_speech or continues):
             yield self._segment(frames)
-            self._turn += 1
-        self._end_turn(continues)
+            ended, self._turn = self._turn, self._turn + 1
+        self._end_turn(continues, ended)
 
-    def _end_turn(self, continues: bool = False) -> None:
+    def _end_turn(self, continues: bool = False, ended: int | None = None) -> None:
+        """Close the open utterance; the turn it was answered as (``ended``, or the open speculative one) is kept
+        a while in case the speaker goes on."""
         if self._speculated:
-            self._turn += 1
+            ended, self._turn = self._turn, self._turn + 1
+        if ended is not None and not continues:
+            self._resume.keep(self._speech, ended, self._segment_start, self._silence)
+        self._resumes, self._carried = None, 0
         self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
         self._judged, self._verdict, self._words_done, self._hearing = False, None, None, None
         self._early, self._triggered, self._sentence_end = False, continues, None
