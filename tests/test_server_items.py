@@ -137,6 +137,41 @@ def test_deleting_items_removes_their_messages_from_the_llm_history():
     assert run(t, ItemAsked(ItemRequest("delete", "item_23456789_0", None)))[0]["type"] == "error"
 
 
+def test_a_turn_the_speaker_went_on_from_is_deleted_and_the_resumed_turn_holds_the_whole(schema):
+    t = translator()
+    asked = run(t, UserStarted(0), UserStopped(0, 1.0), UserHeard(0, "What is the capital of"))
+    run(t, ReplyWords(0, "The capital", 0), ReplySound(sound(0.3), 0))
+    run(t, UserStarted(1))  # the speaker went on: barge-in cuts the reply
+    events = run(t, UserStopped(1, 2.5, resumes=0), UserHeard(1, "What is the capital of France?"))
+    void = {e["item"]["id"] for e in asked if e["type"] == "conversation.item.added"}  # the question, the reply
+    assert len(void) == 2
+    deleted = [e for e in events if e["type"] == "conversation.item.deleted"]
+    assert {e["item_id"] for e in deleted} == void and events[0]["type"] == "input_audio_buffer.speech_stopped"
+    for event in events:
+        schema.validate_python(event)
+    assert all(t.items.get(item_id) is None for item_id in void)
+    added = next(e for e in events if e["type"] == "conversation.item.added")
+    assert added["previous_item_id"] is None  # nothing of the cut turn is left before it
+
+
+def test_the_session_vad_numbers_the_turn_a_resumed_utterance_goes_on_from():
+    from s2s.messages import AudioChunk, SpeechSegment
+    from s2s.server.stages import SessionVAD, TurnCounter
+
+    class Resuming(StubVAD):
+        def flush(self):  # every utterance after the first goes on from the one before
+            for segment in super().flush():
+                yield SpeechSegment(segment.samples, 16000, segment.turn, 0.0, 1.0,
+                                    resumes=segment.turn - 1 if segment.turn else None)
+
+    turns = TurnCounter()
+    turns.next(), turns.next()  # two typed turns took the session's first numbers
+    vad = SessionVAD(Resuming(), turns)
+    segments = [m for m in vad.process(AudioChunk(np.array([1, 0, 1, 0], np.float32), 16000))
+                if isinstance(m, SpeechSegment)]
+    assert [(m.turn, m.resumes) for m in segments] == [(2, None), (3, 2)]
+
+
 def test_typed_items_become_the_turn_that_answered_them():
     t = translator()
     first, second = user_text_item("Hello."), user_text_item("How are you?")

@@ -69,6 +69,13 @@ class Items:
             if (entry := self._entries.get(item_id)) is not None and entry.role == "user":
                 entry.turn = turn
 
+    def forget(self, turn: int) -> list[str]:
+        """Drop the items of ``turn`` (a turn the user went on from); returns their ids."""
+        void = [item_id for item_id, entry in self._entries.items() if entry.turn == turn]
+        for item_id in void:
+            del self._entries[item_id]
+        return void
+
     def _user_text(self, turn: int) -> str | None:
         """The user's message of ``turn`` from the items left (a typed turn may join several)."""
         texts = [part.get("text") or part.get("transcript") or "" for entry in self._entries.values()

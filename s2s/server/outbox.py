@@ -43,6 +43,7 @@ class UserStopped:
 
     turn: int
     end_s: float
+    resumes: int | None = None  # the ended turn it went on from (SpeechSegment.resumes): that one's items go
 
 
 @dataclass(frozen=True)
@@ -297,7 +298,7 @@ class GraphObserver:
         if isinstance(message, SpeechStarted) and stage == self.vad_stage:
             self.outbox.put(UserStarted(message.turn))
         elif isinstance(message, SpeechSegment):
-            self._put(message.turn, UserStopped(message.turn, message.end_s))
+            self._put(message.turn, UserStopped(message.turn, message.end_s, message.resumes))
         elif isinstance(message, Transcript):
             self._put(message.turn, UserHeard(message.turn, message.text))
         elif isinstance(message, TranscriptSoFar) and self.heard is not None:

@@ -18,6 +18,7 @@ from s2s.server.partials import PartialTranscriber
 from s2s.stage import Stage
 
 PIPELINE_RATE = 16000  # the rate a session feeds its graph: the unit of the session's input clock
+RESUMABLE_TURNS = 16  # the VAD's turns kept numbered behind the newest: a resumed utterance names one of them
 
 
 class SocketSource(PushSource):
@@ -172,15 +173,19 @@ class SessionVAD(Stage):
         if turn is None:
             return message
         if turn not in self._numbers:
-            self._numbers = {k: v for k, v in self._numbers.items() if k >= turn - 1}  # keep it small
+            # keep it small, and the turns a resumed utterance may name (one per attempt the speaker went on from)
+            self._numbers = {k: v for k, v in self._numbers.items() if k >= turn - RESUMABLE_TURNS}
             self._numbers[turn] = self._turns.next()
             if self._went_on is not None:  # the rest of the utterance: the same item, and its partials go on
                 self._turns.go_on(self._numbers[turn], self._went_on)
                 self._open = self._numbers[turn] if self._speaking and not self._dropping else None
                 self._went_on = None
+        changes: dict[str, Any] = {"turn": self._numbers[turn]}
         if isinstance(message, (SpeechSegment, SpeechSoFar)) and (language := self.language()) is not None:
-            return dataclasses.replace(message, turn=self._numbers[turn], language=language)
-        return dataclasses.replace(message, turn=self._numbers[turn])
+            changes["language"] = language
+        if isinstance(message, SpeechSegment) and message.resumes is not None:
+            changes["resumes"] = self._numbers.get(message.resumes)
+        return dataclasses.replace(message, **changes)
 
     def setup(self) -> None:
         self.vad.setup()

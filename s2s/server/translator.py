@@ -160,8 +160,13 @@ class Translator:
     def _user_stopped(self, message: UserStopped) -> Events:
         if message.turn in self._committed:  # a manual turn: the client's commit announced it
             return []
+        # the speaker went on after a turn that ended too soon: its items (and its cut reply's) are void, this
+        # turn's item holds the whole (the LLM's history forgets them too)
+        void = self.items.forget(message.resumes) if message.resumes is not None else []
         return [event("input_audio_buffer.speech_stopped", item_id=self._user_item(message.turn),
-                      audio_end_ms=int(message.end_s * 1000)), *self._announce_user_item(message.turn)]
+                      audio_end_ms=int(message.end_s * 1000)),
+                *[event("conversation.item.deleted", item_id=item_id) for item_id in void],
+                *self._announce_user_item(message.turn)]
 
     def _transcript_delta(self, turn: int, text: str) -> Events:
         """A delta with what ``text`` adds to the deltas of ``turn`` so far; none when it revises them."""
