@@ -117,6 +117,12 @@ def test_turn_silence_cuts_most_spliced_real_pauses_so_the_set_is_hard(real_turn
     # measured 15 of 23 (the shortest pauses, 0.7 s, sometimes outlast Silero's hangover); the margin is wide
     assert sum(r["cut"] for r in paused) >= 0.4 * len(paused)
     assert all(r["turns"] == 1 and not r["cut"] for r in complete)  # a complete recording is one turn
+    # ... but the speaker goes on within vad.resume_ms, so the turn that stands holds the whole sentence (measured:
+    # all 23); without it, only the pauses that were not cut
+    assert sum(r["whole"] for r in paused) >= 0.9 * len(paused)
+    alone = [r for r, clip in zip(_judged(real_turns, ["turn=silence", "vad.resume_ms=null"]), real_turns)
+             if clip.pause]
+    assert [r["whole"] for r in alone] == [not r["cut"] for r in alone]
 
 
 @pytest.mark.slow

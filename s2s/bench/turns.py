@@ -182,12 +182,14 @@ class Hearing:
 
 
 def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str, Any]:
-    """The turns the VAD let go on ``clip``: cut off in the pause or not, and the endpoint of the first one."""
+    """The turns the VAD let go on ``clip``: cut off in the pause or not, whether the last one holds the whole
+    sentence (a turn cut off and resumed when the speaker went on: ``vad.resume_ms``), and the endpoint of the last.
+    """
     from s2s.messages import AudioChunk, SpeechSegment, TurnConfirmed
 
     vad.reset()
     segments: dict[int, SpeechSegment] = {}
-    ended: list[tuple[float, float]] = []  # (speech end, when the turn ended) of each turn let go
+    ended: list[tuple[float, float, float]] = []  # (speech end, when the turn ended, its start) of each turn let go
     due: list[tuple[float, Any]] = []  # (input position at which it comes back, verdict)
     started = time.perf_counter()
     for index, block in enumerate([*audio.chunks(clip.samples, 512), None]):
@@ -199,21 +201,23 @@ def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str,
             if isinstance(message, SpeechSegment):
                 segments[message.turn] = message
                 if not message.speculative:
-                    ended.append((message.speech_end_s, message.closed_s))
+                    ended.append((message.speech_end_s, message.closed_s, message.start_s))
                 elif hearing is not None:
                     verdicts, seconds = hearing.verdict(message)
                     due += [(message.closed_s + seconds, verdict) for verdict in verdicts]
             elif isinstance(message, TurnConfirmed):
-                ended.append((segments[message.turn].speech_end_s, message.at_s))
+                segment = segments[message.turn]
+                ended.append((segment.speech_end_s, message.at_s, segment.start_s))
     seconds = time.perf_counter() - started
     cut = bool(clip.pause and ended and ended[0][0] < clip.pause[1])
+    # the turn that stands holds the words before the pause and after it: it was not cut, or it was resumed
+    whole = bool(clip.pause and ended and ended[-1][2] == ended[0][2] and ended[-1][0] > clip.pause[1])
     endpoint = ended[-1][1] - ended[-1][0] if ended else None
-    return {"turns": len(ended), "cut": cut, "endpoint_s": endpoint, "vad_s": seconds}
+    return {"turns": len(ended), "cut": cut, "whole": whole, "endpoint_s": endpoint, "vad_s": seconds}
 
 
-def _share(rows: list[dict[str, Any]]) -> str:
-    return f"{sum(r['cut'] for r in rows)}/{len(rows)} ({sum(r['cut'] for r in rows) / len(rows):.0%})" if rows \
-        else "-"
+def _share(rows: list[dict[str, Any]], key: str = "cut") -> str:
+    return f"{sum(r[key] for r in rows)}/{len(rows)} ({sum(r[key] for r in rows) / len(rows):.0%})" if rows else "-"
 
 
 def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, str]:
@@ -223,6 +227,7 @@ def _summary(found: list[dict[str, Any]], clips: list[TurnClip]) -> dict[str, st
               if ends else "-")
     paused = [(r, c) for r, c in zip(found, clips) if c.mid_sentence]
     return {"cut off, real": _share([r for r, c in paused if c.real]),
+            "answered whole, real": _share([r for r, c in paused if c.real], "whole"),
             "of them, held out": _share([r for r, c in paused if c.held_out]),
             "cut off, espeak": _share([r for r, c in paused if not c.real]),
             "split, espeak sentences": _share([r for r, c in zip(found, clips) if c.sentences]),
@@ -290,7 +295,8 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
         for result, clip in zip(found, clips):
             if result["cut"] or result["turns"] != 1:
                 print(f"  {name}: {clip.name}: {result['turns']} turns"
-                      + (", cut off in the pause" if result["cut"] else ""))
+                      + (", cut off in the pause" if result["cut"] else "")
+                      + (", resumed whole" if result["cut"] and result["whole"] else ""))
             elif clip.pause is None and (result["endpoint_s"] or 0) > PATIENCE_S:
                 print(f"  {name}: {clip.name}: waited {result['endpoint_s']:.2f} s")
         ends = [r["endpoint_s"] for r, c in zip(found, clips) if c.pause is None and r["endpoint_s"] is not None]
