@@ -15,8 +15,8 @@ def two_utterances(espeak, tmp_path_factory):
     first = audio.read_audio(espeak("Hello there, how are you today?", folder / "a.wav"), 16000)
     second = audio.read_audio(espeak("Tell me a joke please.", folder / "b.wav"), 16000)
     gap = audio.silence(1.5, 16000)
-    # between them, more than vad.resume_ms (1.5 s) after Silero's last voiced frame: two turns, neither resumed
-    return np.concatenate([gap, first, audio.silence(2.5, 16000), second, gap]), (len(first), len(second))
+    # between them, more than vad.resume_ms (1.5 s) after the first turn ends: two turns, neither resumed
+    return np.concatenate([gap, first, audio.silence(3.0, 16000), second, gap]), (len(first), len(second))
 
 
 def run_vad(vad: SileroVAD, samples: np.ndarray):
@@ -149,16 +149,17 @@ def test_speech_soon_after_a_turn_ended_resumes_it_and_holds_the_whole(halves):
     assert whole.speech_end_s > cut.speech_end_s + 1.0 and len(whole.samples) > len(cut.samples) + 16000
     np.testing.assert_array_equal(whole.samples[:len(cut.samples)], cut.samples)
     # off, or a pause longer than the window: a new turn with only the new words
-    for (samples, _), settings in ((halves(1.0), {"resume_ms": None}), (halves(2.5), {})):
+    for (samples, _), settings in ((halves(1.0), {"resume_ms": None}), (halves(3.0), {})):
         (_, alone), _ = _turns(samples, **settings)
         assert alone.resumes is None and alone.start_s > cut.speech_end_s + 0.5
 
 
-def test_a_blip_in_the_window_neither_resumes_nor_starts_a_turn_and_the_window_then_closes(halves):
-    click = np.zeros(2400, np.float32)
-    click[:800] = 0.5 * np.sin(np.arange(800) / 3)  # 50 ms, then 100 ms of silence
-    (first, *rest), started = _turns(halves(0.6, click, audio.silence(1.5, 16000))[0])
-    assert started == [0, 1] and [segment.resumes for segment in rest] == [None]  # "France?" came 2.2 s later
+def test_a_blip_in_the_window_neither_resumes_nor_starts_a_turn_and_the_window_then_closes(halves, espeak, tmp_path):
+    hum = np.trim_zeros(audio.read_audio(espeak("Hm", tmp_path / "hm.wav"), 16000))[:2400]  # 150 ms: Silero hears it
+    samples, _ = halves(1.2, hum, audio.silence(2.0, 16000))  # the hum comes inside the window, "France?" after it
+    (first, *rest), started = _turns(samples, min_speech_ms=400)
+    assert started == [0, 1] and [segment.resumes for segment in rest] == [None]
+    assert rest[0].start_s > first.speech_end_s + 2.0  # "France?" alone: the hum was dropped, the window closed
 
 
 def test_speech_resumed_within_the_window_barges_in_no_sooner_than_a_new_turn(halves):

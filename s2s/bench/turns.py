@@ -185,12 +185,13 @@ def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str,
     """The turns the VAD let go on ``clip``: cut off in the pause or not, whether the last one holds the whole
     sentence (a turn cut off and resumed when the speaker went on: ``vad.resume_ms``), and the endpoint of the last.
     """
-    from s2s.messages import AudioChunk, SpeechSegment, TurnConfirmed
+    from s2s.messages import AudioChunk, SpeechSegment, SpeechStarted, TurnConfirmed
 
     vad.reset()
     segments: dict[int, SpeechSegment] = {}
     ended: list[tuple[float, float, float]] = []  # (speech end, when the turn ended, its start) of each turn let go
     due: list[tuple[float, Any]] = []  # (input position at which it comes back, verdict)
+    starts: list[float] = []  # where each SpeechStarted came (a barge-in, with runner.barge_in)
     started = time.perf_counter()
     for index, block in enumerate([*audio.chunks(clip.samples, 512), None]):
         out = list(vad.process(AudioChunk(block, RATE)) if block is not None else vad.flush())
@@ -205,6 +206,8 @@ def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str,
                 elif hearing is not None:
                     verdicts, seconds = hearing.verdict(message)
                     due += [(message.closed_s + seconds, verdict) for verdict in verdicts]
+            elif isinstance(message, SpeechStarted):
+                starts.append(position)
             elif isinstance(message, TurnConfirmed):
                 segment = segments[message.turn]
                 ended.append((segment.speech_end_s, message.at_s, segment.start_s))
@@ -213,7 +216,10 @@ def judge(vad: Any, clip: TurnClip, hearing: Hearing | None = None) -> dict[str,
     # the turn that stands holds the words before the pause and after it: it was not cut, or it was resumed
     whole = bool(clip.pause and ended and ended[-1][2] == ended[0][2] and ended[-1][0] > clip.pause[1])
     endpoint = ended[-1][1] - ended[-1][0] if ended else None
-    return {"turns": len(ended), "cut": cut, "whole": whole, "endpoint_s": endpoint, "vad_s": seconds}
+    # a cut turn's reply may play from its end until the speaker's going on barges in: the longest false start
+    over = next((start - ended[0][1] for start in starts if start > ended[0][1]), None) if cut and whole else None
+    return {"turns": len(ended), "cut": cut, "whole": whole, "endpoint_s": endpoint, "vad_s": seconds,
+            "talked_over_s": over}
 
 
 def _share(rows: list[dict[str, Any]], key: str = "cut") -> str:
@@ -305,6 +311,10 @@ def bench_turns(overrides: list[str], variants: list[list[str]], which: str = "a
         print(f"  {name}: complete turns ended within 1 s: "
               + ", ".join(f"{kind} {sum(flags)}/{len(flags)}" for kind, flags in early.items() if flags))
         paused = [r for r, c in zip(found, clips) if c.mid_sentence]
+        if over := [r["talked_over_s"] for r in paused if r["talked_over_s"] is not None]:
+            print(f"  {name}: {len(over)} cut turns resumed; from a cut turn's end to the barge-in of the speaker "
+                  f"going on (its reply's longest false start) p50 {statistics.median(over):.2f} s, max "
+                  f"{max(over):.2f} s")
         if ends and paused:
             budgets[name] = (statistics.median(ends), sum(r["cut"] for r in paused) / len(paused))
     head = ["variant", *next(iter(rows.values()))]

@@ -1,8 +1,8 @@
 """The turn that just ended, kept a short while in case the speaker goes on: a pause judged done that was not.
 
 No detector tells every mid-sentence pause from an end (a half such as "Go forward" is a sentence itself), so
-some turns end too soon and the reply starts inside the pause. When the speaker goes on within ``window`` of their
-last voiced frame, the VAD opens the new utterance on the ended one's audio, the gap included: the new turn holds
+some turns end too soon and the reply starts inside the pause. When the speaker goes on within ``window`` of the
+turn's end (when its reply could start), the VAD opens the new utterance on the ended one's audio, the gap included: the new turn holds
 the whole sentence and names the turn it resumes (``SpeechSegment.resumes``). Barge-in drops that turn's reply, and
 the LLM answers the whole instead (the history forgets the half: :meth:`s2s.chat_context.ChatContext.discard`).
 """
@@ -15,7 +15,7 @@ class Resumable:
     """The last ended utterance's frames, and every frame after them while the window lasts.
 
     Args:
-        window: samples from the utterance's last voiced frame during which new speech continues it (0: never).
+        window: samples from the turn's end during which new speech continues it (0: never).
     """
 
     def __init__(self, window: int) -> None:
@@ -26,12 +26,12 @@ class Resumable:
         self.frames: list[np.ndarray] = []
         self.turn: int | None = None  # the turn the frames were answered as (None: nothing to resume)
         self.start = 0  # where the utterance began, in samples of the input
-        self._quiet = 0  # samples since its last voiced frame
+        self._quiet = 0  # samples since the turn ended
 
-    def keep(self, frames: list[np.ndarray], turn: int, start: int, silence: int) -> None:
-        """Utterance ``turn`` (``frames`` from ``start``, the last ``silence`` samples of them unvoiced) ended."""
+    def keep(self, frames: list[np.ndarray], turn: int, start: int) -> None:
+        """Utterance ``turn`` (``frames``, from sample ``start`` of the input up to now) ended."""
         if self.window:
-            self.frames, self.turn, self.start, self._quiet = list(frames), turn, start, silence
+            self.frames, self.turn, self.start, self._quiet = list(frames), turn, start, 0
 
     def add(self, frame: np.ndarray) -> None:
         """A frame with no utterance open: the gap grows, until it is past the window."""

@@ -59,7 +59,7 @@ class SileroVAD(Stage):
             Only the work starts sooner: the pause is judged, and the turn ends, on Silero's silence (judged on
             the quiet, more questions of several sentences were split). null: Silero's silence alone.
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
-        resume_ms: speech that starts again this soon after a turn's last voiced frame continues that turn
+        resume_ms: speech that starts again this soon after a turn ended (its reply may have begun) continues it
             (:mod:`s2s.vad.resume`): its reply is dropped by barge-in and the whole is answered; null: never.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
             frame); false: the TorchScript model through torch.
@@ -373,7 +373,7 @@ class SileroVAD(Stage):
         if self._speculated:
             ended, self._turn = self._turn, self._turn + 1
         if ended is not None and not continues:
-            self._resume.keep(self._speech, ended, self._segment_start, self._silence)
+            self._resume.keep(self._speech, ended, self._segment_start)
         self._resumes, self._carried = None, 0
         self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
         self._judged, self._verdict, self._words_done, self._hearing = False, None, None, None
