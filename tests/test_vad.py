@@ -1,6 +1,8 @@
 """Silero VAD (packaged model) as a streaming utterance detector."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ def two_utterances(espeak, tmp_path_factory):
     first = audio.read_audio(espeak("Hello there, how are you today?", folder / "a.wav"), 16000)
     second = audio.read_audio(espeak("Tell me a joke please.", folder / "b.wav"), 16000)
     gap = audio.silence(1.5, 16000)
-    # between them, more than vad.resume_ms (1.5 s) after the first turn ends: two turns, neither resumed
+    # between them, more than vad.resume_ms (1.2 s) after the first turn ends: two turns, neither resumed
     return np.concatenate([gap, first, audio.silence(3.0, 16000), second, gap]), (len(first), len(second))
 
 
@@ -165,10 +167,24 @@ def test_a_blip_in_the_window_neither_resumes_nor_starts_a_turn_and_the_window_t
 def test_speech_resumed_within_the_window_barges_in_no_sooner_than_a_new_turn(halves):
     samples, _ = halves(1.0)
     heard_at = {}
-    for resume_ms in (1500, None):
+    for resume_ms in (1200, None):
         vad = SileroVAD(min_silence_ms=500, speculative_silence_ms=None, resume_ms=resume_ms)
         vad.setup()
         heard_at[resume_ms] = [index for index, block in enumerate(audio.chunks(samples, 512))
                                for m in vad.process(AudioChunk(block, 16000)) if isinstance(m, SpeechStarted)]
     # the carried words do not count: SpeechStarted (which barges in) waits for min_speech_ms of the new speech
-    assert len(heard_at[1500]) == 2 and heard_at[1500] == heard_at[None]
+    assert len(heard_at[1200]) == 2 and heard_at[1200] == heard_at[None]
+
+
+def test_the_window_holds_on_the_wall_clock_too(halves):
+    """A client that sends nothing while its user is silent stops the input's clock: speech that comes 1.5 s later
+    in time is a turn of its own, however little audio came between."""
+    samples, france_s = halves(1.0)
+    vad = SileroVAD(min_silence_ms=500, speculative_silence_ms=None)
+    vad.setup()
+    cut = int((france_s - 0.2) * 16000) // 512 * 512  # the turn has ended by then; "France?" not yet begun
+    before = [m for block in audio.chunks(samples[:cut], 512) for m in vad.process(AudioChunk(block, 16000))]
+    assert [m.turn for m in before if isinstance(m, SpeechSegment)] == [0]
+    time.sleep(1.3)
+    after = [m for block in audio.chunks(samples[cut:], 512) for m in vad.process(AudioChunk(block, 16000))]
+    assert [(m.turn, m.resumes) for m in after if isinstance(m, SpeechSegment)] == [(1, None)]

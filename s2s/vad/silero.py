@@ -80,7 +80,7 @@ class SileroVAD(Stage):
                  quiet_below: Annotated[float, Range(0, 1, exclusive=True)] | None = 0.02,
                  max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = True,
                  turn: dict[str, Any] | None = None,
-                 resume_ms: Annotated[int, Range(100, 10000)] | None = 1500) -> None:
+                 resume_ms: Annotated[int, Range(100, 10000)] | None = 1200) -> None:
         self.threshold = threshold
         self.min_silence = _samples(min_silence_ms)
         self.speculative_silence = _samples(speculative_silence_ms) if speculative_silence_ms else None
@@ -163,7 +163,7 @@ class SileroVAD(Stage):
         self._quietest = 0.0  # the RMS of its quietest frame
         self._quiet = 0  # samples of quiet (:meth:`_quiet_frame`) since the last frame with sound
         self._early = False  # the open speculative turn began on quiet alone, before Silero heard the silence
-        self._resume = Resumable(_samples(self.resume_ms or 0))  # the turn that just ended, while it may go on
+        self._resume = Resumable(_samples(self.resume_ms or 0), RATE)  # the turn that just ended, while it may go on
         self._resumes: int | None = None  # the ended turn the open utterance goes on from
         self._carried = 0  # samples of the open utterance carried over from that turn (its words and the gap)
         if self._model is not None:
