@@ -51,6 +51,7 @@ def paused(espeak, tmp_path_factory):
 
 def outputs(vad: SileroVAD, samples: np.ndarray) -> list:
     vad.quiet_below = None  # the judging is timed on Silero's silence; the quiet start: tests/test_real_speech.py
+    vad.reset()  # which the quiet setting takes effect at
     vad.setup()
     out = [m for block in audio.chunks(samples, 512) for m in vad.process(AudioChunk(block, 16000))]
     return out + list(vad.flush())

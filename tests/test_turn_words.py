@@ -69,6 +69,7 @@ def run_vad(samples: np.ndarray, verdict: float | None, late_s: float = 0.1, tur
     ``heard_late_s`` after that, the STT's :class:`SentenceEnd` when ``heard`` is given)."""
     vad = vad or SileroVAD(turn=WORDS)
     vad.quiet_below = None  # the judging is timed on Silero's silence; the quiet start: tests/test_real_speech.py
+    vad.reset()  # which the quiet setting takes effect at
     vad.setup()
     out: list[Message] = []
     due = later = None

@@ -16,6 +16,7 @@ from s2s.messages import (AudioChunk, Control, Data, Message, Metric, SpeechSegm
                           SentenceEnd, TurnConfirmed, TurnDiscarded, TurnVerdict)
 from s2s.stage import Stage, require
 from s2s.vad import turn_detection
+from s2s.vad.quiet import Quiet
 from s2s.vad.resume import Resumable
 from s2s.vad.silero_models import RATE, OnnxSilero, TorchSilero
 
@@ -24,10 +25,6 @@ log = logging.getLogger(__name__)
 FRAME = 512  # Silero's step at 16 kHz (32 ms)
 PROGRESS_FRAMES = 4  # while the user speaks, the utterance so far goes to an STT that asks for it this often
 SILENT = np.zeros(FRAME, np.float32)  # a frame of silence (never written)
-# the background's level: the 10th percentile of the RMS of the last 1.6 s before speech, or the RMS of the
-# utterance's quietest frame if higher (a recording's hiss heard between words; a file may start in digital silence)
-BACKGROUND_FRAMES = 50
-LOUDEST_QUIET = 0.1  # a background this loud against the speech's peak cannot tell a quiet pause: Silero alone
 
 
 def _samples(ms: int) -> int:
@@ -157,11 +154,7 @@ class SileroVAD(Stage):
         self._words_done: int | None = None  # turn=fused: the words said done, the audio not: this silence ends it
         self._position = 0  # samples consumed so far
         self._segment_start = 0
-        self._background: deque[float] = deque(maxlen=BACKGROUND_FRAMES)  # RMS of frames before speech
-        self._floor = 0.0  # the background's level when the open utterance began
-        self._peak = 0.0  # the open utterance's loudest sample
-        self._quietest = 0.0  # the RMS of its quietest frame
-        self._quiet = 0  # samples of quiet (:meth:`_quiet_frame`) since the last frame with sound
+        self._quiet = Quiet(self.quiet_below)  # the quiet at the open utterance's end
         self._early = False  # the open speculative turn began on quiet alone, before Silero heard the silence
         self._resume = Resumable(_samples(self.resume_ms or 0), RATE)  # the turn that just ended, while it may go on
         self._resumes: int | None = None  # the ended turn the open utterance goes on from
@@ -196,8 +189,7 @@ class SileroVAD(Stage):
             if probability < self.threshold:
                 self._ring.append(frame)
                 self._resume.add(frame)
-                if self.quiet_below:
-                    self._background.append(float(np.sqrt(np.mean(frame ** 2))))
+                self._quiet.before(frame)
                 return
             padding = list(self._ring) if self.pad_frames else []
             self._triggered, self._speech, self._silence = True, padding, 0
@@ -205,10 +197,9 @@ class SileroVAD(Stage):
             if resumed := self._resume.take():  # the speaker went on: the ended turn's audio opens this one
                 self._speech, self._resumes, self._segment_start = resumed
                 self._carried = FRAME * max(0, len(self._speech) - len(padding))
-            self._floor = float(np.percentile(self._background, 10)) if self._background else 0.0
-            self._peak, self._quietest, self._quiet = 0.0, np.inf, 0
+            self._quiet.begin()
         self._speech.append(frame)
-        quiet = self._quiet_frame(frame)
+        quiet = self._quiet.hear(frame)
         if probability < self.threshold - 0.15:
             self._silence += FRAME
             self._early = self._early and self._silence < (self.speculative_silence or 0)
@@ -327,19 +318,7 @@ class SileroVAD(Stage):
 
     def _paused(self) -> int:
         """The open pause so far, for starting the work: Silero's silence, or the quiet if longer."""
-        return max(self._silence, self._quiet)
-
-    def _quiet_frame(self, frame: np.ndarray) -> bool:
-        """Whether ``frame`` of the open utterance is quiet (``quiet_below``), counted in ``_quiet``."""
-        if not self.quiet_below:
-            return False
-        loudest = float(np.abs(frame).max())
-        self._peak = max(self._peak, loudest)
-        self._quietest = min(self._quietest, float(np.sqrt(np.mean(frame ** 2))))
-        level = audio.sound_level(self._peak, max(self._floor, self._quietest), self.quiet_below)
-        quiet = level <= LOUDEST_QUIET * self._peak and loudest <= level
-        self._quiet = self._quiet + FRAME if quiet else 0
-        return quiet
+        return max(self._silence, self._quiet.run)
 
     def _now(self) -> float:
         return (self._position + FRAME) / RATE
