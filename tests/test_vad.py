@@ -148,8 +148,9 @@ def test_speech_soon_after_a_turn_ended_resumes_it_and_holds_the_whole(halves):
     (cut, whole), started = _turns(halves(1.0)[0])
     assert cut.resumes is None and whole.resumes == cut.turn == 0 and started == [0, 1]
     assert whole.start_s == cut.start_s  # the words before the pause, the pause, and the words after it
-    assert whole.speech_end_s > cut.speech_end_s + 1.0 and len(whole.samples) > len(cut.samples) + 16000
+    assert whole.speech_end_s > cut.speech_end_s + 1.0 and len(whole.samples) > len(cut.samples) + 8000
     np.testing.assert_array_equal(whole.samples[:len(cut.samples)], cut.samples)
+    assert whole.end_s - whole.start_s > whole.duration_s + 0.5  # the pause was shortened (gap_ms): not the clock
     # off, or a pause longer than the window: a new turn with only the new words
     for (samples, _), settings in ((halves(1.0), {"resume_ms": None}), (halves(3.0), {})):
         (_, alone), _ = _turns(samples, **settings)
@@ -188,3 +189,19 @@ def test_the_window_holds_on_the_wall_clock_too(halves):
     time.sleep(1.3)
     after = [m for block in audio.chunks(samples[cut:], 512) for m in vad.process(AudioChunk(block, 16000))]
     assert [(m.turn, m.resumes) for m in after if isinstance(m, SpeechSegment)] == [(1, None)]
+
+
+def test_a_long_pause_inside_an_utterance_is_shortened_for_the_stt_and_the_clock_stays_true(halves):
+    samples, france_s = halves(1.0)
+    segments = {}
+    for gap_ms in (200, None):
+        out = run_vad(SileroVAD(min_silence_ms=1500, speculative_silence_ms=None, gap_ms=gap_ms), samples)
+        (segments[gap_ms],) = [m for m in out if isinstance(m, SpeechSegment)]  # one turn: the pause is shorter
+    kept, whole = segments[200], segments[None]
+    assert (kept.start_s, kept.end_s, kept.speech_end_s) == (whole.start_s, whole.end_s, whole.speech_end_s)
+    assert whole.duration_s == pytest.approx(whole.end_s - whole.start_s)
+    # Silero's silence between the words (the 1 s pause and espeak's own quiet around each piece, after Silero's
+    # hangover and before it hears "France?") cut to 256 ms (the pad, 4 frames, each side): most of it went, and
+    # every sound is kept
+    assert 0.5 <= whole.duration_s - kept.duration_s <= 1.3
+    assert np.abs(kept.samples).sum() == pytest.approx(np.abs(whole.samples).sum(), rel=1e-6)

@@ -17,7 +17,7 @@ from s2s.messages import (AudioChunk, Control, Data, Message, Metric, SpeechSegm
 from s2s.stage import Stage, require
 from s2s.vad import turn_detection
 from s2s.vad.quiet import Quiet
-from s2s.vad.resume import Resumable
+from s2s.vad.resume import Resumable, Resumed, shorten_pause
 from s2s.vad.silero_models import RATE, OnnxSilero, TorchSilero
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,8 @@ class SileroVAD(Stage):
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
         resume_ms: speech that starts again this soon after a turn ended (its reply may have begun) continues it
             (:mod:`s2s.vad.resume`): its reply is dropped by barge-in and the whole is answered; null: never.
+        gap_ms: Silero's silence inside an utterance is kept up to this much (at least ``speech_pad_ms`` after the
+            words and before the next; :mod:`s2s.vad.resume`): the STT hears a sentence whole; null: all of it.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
             frame); false: the TorchScript model through torch.
         turn: the ``turn`` group (``${turn}``: its ``_target_``, one of the settings classes of
@@ -77,7 +79,8 @@ class SileroVAD(Stage):
                  quiet_below: Annotated[float, Range(0, 1, exclusive=True)] | None = 0.02,
                  max_speech_ms: Annotated[int, Range(500, 3600000)] | None = None, onnx: bool = True,
                  turn: dict[str, Any] | None = None,
-                 resume_ms: Annotated[int, Range(100, 10000)] | None = 1200) -> None:
+                 resume_ms: Annotated[int, Range(100, 10000)] | None = 1200,
+                 gap_ms: Annotated[int, Range(0, 10000)] | None = 200) -> None:
         self.threshold = threshold
         self.min_silence = _samples(min_silence_ms)
         self.speculative_silence = _samples(speculative_silence_ms) if speculative_silence_ms else None
@@ -86,6 +89,10 @@ class SileroVAD(Stage):
         self.max_speech = _samples(max_speech_ms) if max_speech_ms else None
         self.quiet_below = quiet_below
         self.resume_ms = resume_ms
+        self.gap_ms = gap_ms
+        gap = _samples(gap_ms) // FRAME if gap_ms is not None else None
+        # the frames of a pause kept: after the words, before the next (each at least the pad)
+        self._gap = None if gap is None else (max(gap // 2, self.pad_frames), max(gap - gap // 2, self.pad_frames))
         self.onnx = onnx
         self.turn = turn
         self._turn_settings = turn_detection.settings(turn)
@@ -159,6 +166,7 @@ class SileroVAD(Stage):
         self._resume = Resumable(_samples(self.resume_ms or 0), RATE)  # the turn that just ended, while it may go on
         self._resumes: int | None = None  # the ended turn the open utterance goes on from
         self._carried = 0  # samples of the open utterance carried over from that turn (its words and the gap)
+        self._shortened = 0  # frames its pauses lost (gap_ms)
         if self._model is not None:
             self._model.reset_states()
 
@@ -195,7 +203,8 @@ class SileroVAD(Stage):
             self._triggered, self._speech, self._silence = True, padding, 0
             self._segment_start = self._position - FRAME * len(padding)
             if resumed := self._resume.take():  # the speaker went on: the ended turn's audio opens this one
-                self._speech, self._resumes, self._segment_start = resumed
+                self._speech, self._resumes, self._segment_start = resumed.frames, resumed.turn, resumed.start
+                self._silence, self._shortened = FRAME * resumed.silent, resumed.shortened  # the gap: a pause
                 self._carried = FRAME * max(0, len(self._speech) - len(padding))
             self._quiet.begin()
         self._speech.append(frame)
@@ -204,6 +213,8 @@ class SileroVAD(Stage):
             self._silence += FRAME
             self._early = self._early and self._silence < (self.speculative_silence or 0)
         else:
+            if self._silence and self._gap is not None:
+                self._shorten()
             self._silence = 0
             # the user went on: the early attempt is void, the utterance continues (an attempt begun on quiet
             # alone lasts through Silero's late speech frames while they stay quiet)
@@ -241,6 +252,14 @@ class SileroVAD(Stage):
             yield from self._judge()
         elif self.max_speech and length >= self.max_speech and not self._speculated:
             yield from self._close(self._speech, voiced=voiced, continues=True)
+
+    def _shorten(self) -> None:
+        """The speech goes on after a pause: keep ``gap_ms`` of Silero's silence in it."""
+        run = len(self._speech) - 1 - self._silence // FRAME  # where the silence began
+        self._speech, lost = shorten_pause(self._speech, self._silence // FRAME, *self._gap)
+        self._shortened += lost
+        if run < self._carried // FRAME:  # the gap after a resumed turn: carried frames went
+            self._carried -= FRAME * lost
 
     def _judge(self) -> Iterator[Message]:
         """The open speculative turn's pause reached the judge silence: Smart Turn hears it now, and the words'
@@ -331,7 +350,8 @@ class SileroVAD(Stage):
         samples = np.concatenate(frames)
         start = self._segment_start / RATE
         speech_end = (self._position + FRAME - self._paused()) / RATE
-        return SpeechSegment(samples, RATE, self._turn, start, start + len(samples) / RATE,
+        end = start + (len(samples) + FRAME * self._shortened) / RATE  # on the input clock: the pauses' lost frames too
+        return SpeechSegment(samples, RATE, self._turn, start, end,
                              speech_end_s=speech_end, closed_s=self._now(), speculative=speculative,
                              resumes=self._resumes)
 
@@ -352,8 +372,9 @@ class SileroVAD(Stage):
         if self._speculated:
             ended, self._turn = self._turn, self._turn + 1
         if ended is not None and not continues:
-            self._resume.keep(self._speech, ended, self._segment_start)
-        self._resumes, self._carried = None, 0
+            self._resume.keep(Resumed(self._speech, ended, self._segment_start, self._silence // FRAME,
+                                      self._shortened))
+        self._resumes, self._carried, self._shortened = None, 0, 0
         self._speech, self._silence, self._started_sent, self._speculated = [], 0, False, False
         self._judged, self._verdict, self._words_done, self._hearing = False, None, None, None
         self._early, self._triggered, self._sentence_end = False, continues, None
