@@ -39,6 +39,7 @@ class Turn:
     user_audio_s: float | None = None
     reply_audio_s: float = 0.0
     complete: bool = False
+    resumes: int | None = None  # the turn it went on from: its words hold that turn's (vad.resume_ms)
     # on the input stream's clock (0 = the first input sample)
     speech_end_at_s: float | None = None  # the last voiced frame
     closed_at_s: float | None = None  # the VAD let the segment go (work on the turn starts)
@@ -108,6 +109,7 @@ class Turn:
                 "user_audio_s": None if self.user_audio_s is None else round(self.user_audio_s, 3),
                 "reply_audio_s": round(self.reply_audio_s, 3), "timings": self.figures(),
                 "reported": {name: round(value, 4) for name, value in self.reported.items()},
+                **({"resumes": self.resumes} if self.resumes is not None else {}),
                 **({"events": self.events} if self.events else {})}
 
 
@@ -226,7 +228,8 @@ class Recorder:
         with self._lock:
             if isinstance(message, SpeechSegment):
                 turn = self._turn(message.turn)
-                turn.user_audio_s = message.duration_s
+                turn.user_audio_s = message.end_s - message.start_s  # the input it spans (vad.gap_ms cuts pauses)
+                turn.resumes = message.resumes
                 turn.speech_end_at_s = message.end_s if message.speech_end_s is None else message.speech_end_s
                 turn.closed_at_s = message.end_s if message.closed_s is None else message.closed_s
                 turn.anchors.append((turn.closed_at_s, now))
@@ -238,7 +241,7 @@ class Recorder:
             elif isinstance(message, Transcript):
                 turn = self._turn(message.turn)
                 turn.stt_end, turn.user, turn.language = now, message.text, message.language
-                self._say(f"you: {message.text}", turn)
+                self._say(f"you{', going on' if message.resumes is not None else ''}: {message.text}", turn)
             elif isinstance(message, ReplyText):
                 turn = self._turn(message.turn)
                 if stage == turn.heard_by and turn.llm_start is None:  # no STT ran: its start was the LLM's

@@ -152,6 +152,21 @@ def test_voice_to_voice_counts_the_silence_leading_the_first_reply_block(tmp_pat
     assert timings["voice_to_voice_s"] == pytest.approx(1.3)
 
 
+def test_a_resumed_turn_says_which_turn_it_went_on_from_and_the_input_it_spans(tmp_path):
+    import numpy as np
+
+    from s2s.messages import SpeechSegment
+
+    recorder = Recorder(tmp_path)
+    # 2.0 s of input whose 1.2 s pause the VAD cut to 0.3 s (vad.gap_ms): 1.1 s of samples
+    recorder.on_output("vad", SpeechSegment(np.zeros(17600, np.float32), 16000, 3, 0.5, 2.5, speech_end_s=2.4,
+                                            closed_s=2.6, resumes=2), now=10.0)
+    record = recorder.turns[3].record()
+    assert record["resumes"] == 2 and record["user_audio_s"] == pytest.approx(2.0)
+    recorder.on_output("vad", SpeechSegment(np.zeros(1600, np.float32), 16000, 4, 3.0, 3.1), now=11.0)
+    assert "resumes" not in recorder.turns[4].record()
+
+
 def test_turns_without_words_leave_no_transcript_line(tmp_path):
     recorder = Recorder(tmp_path)
     _, result = run_graph(chain(source=CountingSource(turns=3), recognizer=Recognizer(wordless_turns=(1,))),
