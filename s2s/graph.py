@@ -163,6 +163,7 @@ class Graph:
         for index, (_, stage) in enumerate(stages):
             asked = stages[index + 1][1].asks if index + 1 < len(stages) else ()
             stage.wanted = frozenset([*self._takers, *asked, *wanted])  # wanted: what the observer reads
+        self.barge_in = barge_in
 
     @property
     def barge_in(self) -> bool:
@@ -171,6 +172,8 @@ class Graph:
     @barge_in.setter
     def barge_in(self, value: bool) -> None:  # the realtime server turns it on and off per session
         self.turns.barge_in = value
+        for _, stage in self.stages:  # the VAD resumes a turn the speaker goes on from only with it
+            stage.barge_in = value
 
     @property
     def half_duplex(self) -> bool:

@@ -241,7 +241,7 @@ class Recorder:
             elif isinstance(message, Transcript):
                 turn = self._turn(message.turn)
                 turn.stt_end, turn.user, turn.language = now, message.text, message.language
-                self._say(f"you{', going on' if message.resumes is not None else ''}: {message.text}", turn)
+                self._say(f"you: {message.text}", turn)
             elif isinstance(message, ReplyText):
                 turn = self._turn(message.turn)
                 if stage == turn.heard_by and turn.llm_start is None:  # no STT ran: its start was the LLM's

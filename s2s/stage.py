@@ -67,6 +67,9 @@ class Stage:
     # set by the runner: the feedback some stage of this graph takes, and the progress the next stage asks for;
     # a stage makes such messages only when they are wanted
     wanted: frozenset[type[Message]] = frozenset()
+    # set by the runner: the user's speech cancels the reply in progress (runner.barge_in, a realtime session's
+    # interrupt_response); only then may a VAD resume a turn the speaker goes on from (vad.resume_ms)
+    barge_in: bool = False
 
     def setup(self) -> None:
         """Load models and open devices. Called once, before the first message."""

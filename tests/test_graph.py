@@ -247,3 +247,12 @@ def test_signal_stops_the_graph_and_keeps_outputs_valid(tmp_path, signum, slow):
     lines = (tmp_path / "transcript.jsonl").read_text().splitlines()
     assert all(json.loads(line)["turn"] >= 0 for line in lines)
     assert lines or slow  # a stuck recogniser never finished a turn
+
+
+def test_the_runner_tells_every_stage_whether_speech_cancels_the_reply():
+    """The VAD resumes a turn the speaker goes on from only when the reply to it can be cut (vad.resume_ms)."""
+    stages = chain()
+    graph = Graph(stages, barge_in=True)
+    assert all(stage.barge_in for _, stage in stages)
+    graph.barge_in = False  # a realtime session's interrupt_response, turned off
+    assert not any(stage.barge_in for _, stage in stages)

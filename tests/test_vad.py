@@ -139,8 +139,15 @@ def halves(espeak, tmp_path_factory):
     return joined
 
 
+def resuming(barge_in: bool = True, **settings) -> SileroVAD:
+    """The VAD as a realtime session runs it, with barge-in: a turn the speaker goes on from may be resumed."""
+    vad = SileroVAD(min_silence_ms=500, speculative_silence_ms=None, **settings)
+    vad.barge_in = barge_in
+    return vad
+
+
 def _turns(samples: np.ndarray, **settings) -> tuple[list[SpeechSegment], list[int]]:
-    out = run_vad(SileroVAD(min_silence_ms=500, speculative_silence_ms=None, **settings), samples)
+    out = run_vad(resuming(**settings), samples)
     return [m for m in out if isinstance(m, SpeechSegment)], [m.turn for m in out if isinstance(m, SpeechStarted)]
 
 
@@ -151,8 +158,10 @@ def test_speech_soon_after_a_turn_ended_resumes_it_and_holds_the_whole(halves):
     assert whole.speech_end_s > cut.speech_end_s + 1.0 and len(whole.samples) > len(cut.samples) + 8000
     np.testing.assert_array_equal(whole.samples[:len(cut.samples)], cut.samples)
     assert whole.end_s - whole.start_s > whole.duration_s + 0.5  # the pause was shortened (gap_ms): not the clock
-    # off, or a pause longer than the window: a new turn with only the new words
-    for (samples, _), settings in ((halves(1.0), {"resume_ms": None}), (halves(3.0), {})):
+    # off, without barge-in (the reply to the half plays out), or a pause longer than the window: a new turn with
+    # only the new words
+    for (samples, _), settings in ((halves(1.0), {"resume_ms": None}), (halves(1.0), {"barge_in": False}),
+                                   (halves(3.0), {})):
         (_, alone), _ = _turns(samples, **settings)
         assert alone.resumes is None and alone.start_s > cut.speech_end_s + 0.5
 
@@ -169,7 +178,7 @@ def test_speech_resumed_within_the_window_barges_in_no_sooner_than_a_new_turn(ha
     samples, _ = halves(1.0)
     heard_at = {}
     for resume_ms in (1200, None):
-        vad = SileroVAD(min_silence_ms=500, speculative_silence_ms=None, resume_ms=resume_ms)
+        vad = resuming(resume_ms=resume_ms)
         vad.setup()
         heard_at[resume_ms] = [index for index, block in enumerate(audio.chunks(samples, 512))
                                for m in vad.process(AudioChunk(block, 16000)) if isinstance(m, SpeechStarted)]
@@ -181,7 +190,7 @@ def test_the_window_holds_on_the_wall_clock_too(halves):
     """A client that sends nothing while its user is silent stops the input's clock: speech that comes 1.5 s later
     in time is a turn of its own, however little audio came between."""
     samples, france_s = halves(1.0)
-    vad = SileroVAD(min_silence_ms=500, speculative_silence_ms=None)
+    vad = resuming()
     vad.setup()
     cut = int((france_s - 0.2) * 16000) // 512 * 512  # the turn has ended by then; "France?" not yet begun
     before = [m for block in audio.chunks(samples[:cut], 512) for m in vad.process(AudioChunk(block, 16000))]

@@ -136,10 +136,13 @@ def build_real_set(folder: Path, sources: list[Source] | None = None) -> list[Tu
 
 
 def build_vad(overrides: list[str]) -> Any:
-    """The composed config's VAD stage (validated first, as a run would), set up."""
+    """The composed config's VAD stage (validated first, as a run would), set up, with barge-in as a realtime
+    session has it (interrupt_response): a turn the speaker goes on from is resumed (``vad.resume_ms``)."""
     from s2s.bench.compose import set_up
 
-    return set_up(overrides, "vad", "/tmp/s2s-bench-turns")
+    vad = set_up(overrides, "vad", "/tmp/s2s-bench-turns")
+    vad.barge_in = True
+    return vad
 
 
 class Hearing:

@@ -114,6 +114,15 @@ class SessionVAD(Stage):
         """What the graph wants of the VAD (the speech so far, for an incremental STT) goes to the VAD itself."""
         self.vad.wanted = kinds
 
+    @property
+    def barge_in(self) -> bool:  # type: ignore[override]
+        return self.vad.barge_in
+
+    @barge_in.setter
+    def barge_in(self, value: bool) -> None:
+        """Whether the session's speech cancels a reply (interrupt_response) goes to the VAD itself."""
+        self.vad.barge_in = value
+
     def enable_partials(self, stt: Any, every_s: float, put: Callable[[int, str], None],
                         wanted: Callable[[], bool]) -> None:
         """Transcribe the open utterance after each ``every_s`` s of new speech; ``put(turn, text)`` sends it.
@@ -162,7 +171,7 @@ class SessionVAD(Stage):
         with self._lock:
             if self._replacement is not None:
                 self._retired.append(self.vad)
-                self._replacement.wanted = self.vad.wanted
+                self._replacement.wanted, self._replacement.barge_in = self.vad.wanted, self.vad.barge_in
                 self.vad, self._replacement = self._replacement, None
                 self._numbers.clear()
                 self._open = self._went_on = None

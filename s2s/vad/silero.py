@@ -57,7 +57,7 @@ class SileroVAD(Stage):
             the quiet, more questions of several sentences were split). null: Silero's silence alone.
         max_speech_ms: longer speech is split into consecutive segments (never dropped); null = no limit.
         resume_ms: speech that starts again this soon after a turn ended (its reply may have begun) continues it
-            (:mod:`s2s.vad.resume`): its reply is dropped by barge-in and the whole is answered; null: never.
+            (:mod:`s2s.vad.resume`), with barge-in: its reply is dropped and the whole is answered; null: never.
         gap_ms: Silero's silence inside an utterance is kept up to this much (at least ``speech_pad_ms`` after the
             words and before the next; :mod:`s2s.vad.resume`): the STT hears a sentence whole; null: all of it.
         onnx: run the packaged ONNX export through onnxruntime (the default: no torch in the process, 0.1 ms a
@@ -371,7 +371,7 @@ class SileroVAD(Stage):
         a while in case the speaker goes on."""
         if self._speculated:
             ended, self._turn = self._turn, self._turn + 1
-        if ended is not None and not continues:
+        if ended is not None and not continues and self.barge_in:  # without barge-in the reply to it plays out
             self._resume.keep(Resumed(self._speech, ended, self._segment_start, self._silence // FRAME,
                                       self._shortened))
         self._resumes, self._carried, self._shortened = None, 0, 0
