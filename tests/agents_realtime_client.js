@@ -1,8 +1,9 @@
 // The official @openai/agents-realtime RealtimeSession (WebSocket transport) against the s2s server.
 //   node tests/agents_realtime_client.js '<plan as JSON>'
-// The plan: {url, apiKey, scenario: speak|ask|interrupt, instructions, question, speech, interruption, listenMs,
-// result, timeoutMs}; speech files are raw PCM16 mono at 24 kHz. One JSON line comes out: every server event type, the
-// SDK's errors, its tool calls, the transcripts and its history. tests/test_agents_realtime_js.py runs it.
+// The plan: {url, apiKey, scenario: speak|ask|interrupt|resume, instructions, question, speech, interruption,
+// listenMs, result, timeoutMs, turnDetection (the session's, as the SDK spells it)}; speech files are raw PCM16
+// mono at 24 kHz. One JSON line comes out: every server event type, the SDK's errors, its tool calls, the
+// transcripts, the items the server deleted and its history. tests/test_agents_realtime_js.py runs it.
 'use strict';
 const fs = require('fs');
 const { RealtimeAgent, RealtimeSession, tool } = require('@openai/agents-realtime');
@@ -10,7 +11,7 @@ const { z } = require('zod');
 
 const plan = JSON.parse(process.argv[2]);
 const report = { events: [], errors: [], toolCalls: [], transcripts: [], userTranscripts: [], audioBytes: 0,
-                 truncated: [], timedOut: false };
+                 truncated: [], deleted: [], timedOut: false };
 
 const getWeather = tool({
   name: 'get_weather', description: 'Current weather in a city.',
@@ -18,7 +19,8 @@ const getWeather = tool({
   execute: async ({ city }) => { report.toolCalls.push(city); return plan.result; },
 });
 const agent = new RealtimeAgent({ name: 'Assistant', instructions: plan.instructions, tools: [getWeather] });
-const session = new RealtimeSession(agent, { transport: 'websocket' });
+const session = new RealtimeSession(agent, { transport: 'websocket', ...(plan.turnDetection
+  ? { config: { audio: { input: { turnDetection: plan.turnDetection } } } } : {}) });
 
 let waiters = [];
 function check() { waiters = waiters.filter(({ test, resolve }) => (test() ? (resolve(), false) : true)); }
@@ -37,6 +39,7 @@ session.on('transport_event', (event) => {
     report.userTranscripts.push(event.transcript);
   }
   if (event.type === 'conversation.item.truncated') report.truncated.push(event.audio_end_ms);
+  if (event.type === 'conversation.item.deleted') report.deleted.push(event.item_id);
   check();
 });
 session.on('error', (error) => {
@@ -77,6 +80,11 @@ async function main() {
     await new Promise((resolve) => setTimeout(resolve, plan.listenMs || 0));
     send(plan.interruption);
     await until(() => report.truncated.length > 0 && completed() >= 1);
+  } else if (plan.scenario === 'resume') {
+    // a sentence with a pause in it, said at once: the turn ends in the pause, the speaker goes on
+    send(plan.speech);
+    await until(() => report.deleted.length > 0 && completed() >= 1
+      && report.events.lastIndexOf('response.done') > report.events.indexOf('conversation.item.deleted'));
   }
   await new Promise((resolve) => setTimeout(resolve, 500)); // the SDK's own retrieve after the last event
 }

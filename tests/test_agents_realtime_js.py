@@ -96,6 +96,31 @@ def test_a_tool_declared_in_the_sdk_is_called_and_its_result_spoken(node, agent_
     assert [call["name"] for call in calls] == ["get_weather"]
 
 
+def test_a_turn_resumed_after_a_cut_pause_leaves_one_question_and_its_answer_in_the_history(node, echo_server,
+                                                                                           espeak, tmp_path):
+    """The server deletes the cut turn's items (vad.resume_ms); the SDK drops them from its history, which ends with
+    the whole sentence and the echo's reply to it. The SDK sends the audio at once, so the cut turn may be resumed
+    before its words or its reply came: then only its question's item was announced, and goes."""
+    import numpy as np
+
+    from s2s import audio
+
+    first, second = (audio.read_audio(espeak(text, tmp_path / f"{index}.wav"), 24000)
+                     for index, text in enumerate(["Please tell me a long story about", "a small brown dog."]))
+    path = tmp_path / "paused.pcm"
+    path.write_bytes(audio.float_to_int16(np.concatenate([first, audio.silence(1.2, 24000), second,
+                                                          audio.silence(2.0, 24000)])).tobytes())
+    report = drive(node, echo_server, "resume", speech=str(path),
+                   turnDetection={"type": "server_vad", "silenceDurationMs": 500})
+    added = [index for index, kind in enumerate(report["events"]) if kind == "conversation.item.added"]
+    assert 1 <= len(report["deleted"]) <= 2 and report["events"].index("conversation.item.deleted") > added[0]
+    assert "dog" in report["userTranscripts"][-1].lower() and "story" in report["userTranscripts"][-1].lower()
+    users = [item for item in report["history"] if item["role"] == "user"]
+    assistants = [item for item in report["history"] if item["role"] == "assistant"]
+    assert len(users) == 1 and {"story", "dog"} <= set(users[0]["text"].lower().replace(".", " ").split())
+    assert len(assistants) == 1 and "dog" in assistants[0]["text"].lower()
+
+
 def test_an_interruption_truncates_the_reply_in_the_history(node, echo_server, speech):
     report = drive(node, echo_server, "interrupt", speech=speech["long"], interruption=speech["short"],
                    listenMs=1500)
