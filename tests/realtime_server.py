@@ -148,10 +148,14 @@ def pcm16(path: Path, rate: int = RATE, trailing_silence_s: float = 1.5) -> np.n
     return audio.float_to_int16(np.concatenate([samples, audio.silence(trailing_silence_s, rate)]))
 
 
-def send_speech(connection: Any, samples: np.ndarray, rate: int = RATE, chunk_s: float = 0.1) -> None:
+def send_speech(connection: Any, samples: np.ndarray, rate: int = RATE, chunk_s: float = 0.1,
+                paced: bool = False) -> None:
+    """Append ``samples`` (PCM16) in ``chunk_s`` pieces: at once, or ``paced`` as a microphone would send them."""
     step = int(rate * chunk_s)
     for start in range(0, len(samples), step):
         connection.input_audio_buffer.append(audio=base64.b64encode(samples[start:start + step].tobytes()).decode())
+        if paced:
+            time.sleep(chunk_s)
 
 
 def reply_audio(events: list[Any], response_id: str | None = None) -> np.ndarray:

@@ -265,19 +265,13 @@ def long_speech(espeak, tmp_path_factory):
 
 def speak(server, speech, paced):
     """One spoken turn: every event up to its transcript's ``.completed`` (all waits bounded)."""
-    import base64
-
-    from realtime_server import API_KEY, Events, openai_client
+    from realtime_server import API_KEY, Events, openai_client, send_speech
 
     server.wait_idle()
     with openai_client(server, API_KEY).realtime.connect(model="s2s-test") as connection:
         events = Events(connection)
         events.until("session.created", 30)
-        step = 2400  # 0.1 s at 24 kHz
-        for start in range(0, len(speech), step):
-            connection.input_audio_buffer.append(audio=base64.b64encode(speech[start:start + step].tobytes()).decode())
-            if paced:
-                time.sleep(0.1)
+        send_speech(connection, speech, paced=paced)
         completed = events.until(COMPLETED, 120)
         events.until("response.done", 120)
     return events.all, completed

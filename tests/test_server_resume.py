@@ -5,13 +5,10 @@ would be: the echo repeats what it heard, so the last reply says which words the
 """
 from __future__ import annotations
 
-import base64
-import time
-
 import numpy as np
 import pytest
 
-from realtime_server import API_KEY, RATE, Events, openai_client
+from realtime_server import API_KEY, RATE, Events, openai_client, send_speech
 from s2s import audio
 
 pytest.importorskip("websockets")
@@ -33,10 +30,7 @@ def test_going_on_after_a_cut_pause_deletes_the_cut_turn_and_the_whole_sentence_
         connection.session.update(session={"type": "realtime", "audio": {"input": {"turn_detection": {
             "type": "server_vad", "silence_duration_ms": 500}}}})
         events.until("session.updated", 30)
-        step = RATE // 10
-        for start in range(0, len(speech), step):
-            connection.input_audio_buffer.append(audio=base64.b64encode(speech[start:start + step].tobytes()).decode())
-            time.sleep(0.1)
+        send_speech(connection, speech, paced=True)
         while len(events.of(COMPLETED)) < 2:
             events.until(COMPLETED, 120)
         whole = events.of(COMPLETED)[1]
