@@ -97,7 +97,7 @@ def convert(gguf: Path, out: Path) -> None:
     """Write ``out`` (config, generation config, tokenizer, ``model.safetensors`` in float32) from ``gguf``.
 
     The weights go first, with numpy alone; transformers (which imports torch) reads the metadata after, so the two
-    peaks do not add up: 0.6 GB for SmolLM2-135M.
+    peaks do not add up: 0.64 GB for SmolLM2-135M.
     """
     out.mkdir(parents=True, exist_ok=True)
     write_weights(gguf, out / "model.safetensors")

@@ -2,8 +2,8 @@
 
 A transformers chat model of the Llama family (``llama``, ``qwen2``) written as one onnxruntime model, its weight
 products 8-bit, for llm=onnx (:mod:`s2s.llm.onnx_lm`). llm=onnx runs this once per model in a child process: the
-packaged SmolLM2 is first turned from its GGUF into float32 safetensors (torch and transformers), and the
-tokenizer is saved by transformers, as for CTranslate2 (:mod:`s2s.llm.ctranslate2_convert`).
+packaged SmolLM2 is first turned from its GGUF into float32 safetensors (:mod:`s2s.llm.gguf_convert`, a tensor at
+a time), and the tokenizer is saved by transformers, as for CTranslate2 (:mod:`s2s.llm.ctranslate2_convert`).
 
 ``model.onnx`` takes the new tokens and the cache (each layer's keys and values so far) and gives the logits of the
 last position and the grown cache. Each layer is onnxruntime's ``GroupQueryAttention`` (the rotary embedding,

@@ -19,7 +19,7 @@ input's clock, and speech 2 s later would otherwise come right after the turn.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,9 +66,8 @@ class Resumable:
 
     def keep(self, ended: Resumed) -> None:
         """An utterance ended (its frames up to now)."""
-        if self.window:
-            self.kept, self._quiet, self._ended = Resumed(list(ended.frames), ended.turn, ended.start,
-                                                          ended.silent, ended.shortened), 0, time.monotonic()
+        if self.window:  # its own list of the frames: the gap's are appended to it
+            self.kept, self._quiet, self._ended = replace(ended, frames=list(ended.frames)), 0, time.monotonic()
 
     def add(self, frame: np.ndarray) -> None:
         """A frame with no utterance open: the gap grows, until it is past the window."""
